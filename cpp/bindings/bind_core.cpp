@@ -1,0 +1,187 @@
+// Bindings for CPU dispatch, distance and binary kernels, exact search and
+// BinaryIndex. Conversion and checks only; every kernel runs without the GIL.
+#include <pybind11/stl.h>
+
+#include "common.hpp"
+#include "vecsift/binary.hpp"
+#include "vecsift/binary_index.hpp"
+#include "vecsift/distance.hpp"
+#include "vecsift/flat.hpp"
+#include "vecsift/parallel.hpp"
+
+using namespace vecsift;
+
+namespace {
+
+py::dict cpu_features() {
+  CpuFeatures f = detect_cpu();
+  py::dict d;
+  d["popcnt"] = f.popcnt;
+  d["fma"] = f.fma;
+  d["avx2"] = f.avx2;
+  d["avx512f"] = f.avx512f;
+  d["avx512bw"] = f.avx512bw;
+  d["avx512vpopcntdq"] = f.avx512vpopcntdq;
+  d["best_level"] = level_name(hardware_level());
+  d["level"] = level_name(active_level());
+  return d;
+}
+
+bool all_finite_py(const F32Array& x) {
+  const float* p = x.data();
+  size_t n = static_cast<size_t>(x.size());
+  py::gil_scoped_release nogil;
+  return all_finite(p, n);
+}
+
+U8Array quantize_py(const F32Array& x, int level) {
+  require_matrix(x, "vectors");
+  const size_t n = x.shape(0), d = x.shape(1);
+  require(d > 0, "vectors must have at least one column");
+  U8Array out({n, code_bytes_for_dim(d)});
+  const float* src = x.data();
+  uint8_t* dst = out.mutable_data();
+  Level lv = level_arg(level);
+  {
+    py::gil_scoped_release nogil;
+    binary_quantize(src, n, d, dst, lv);
+  }
+  return out;
+}
+
+// Row-wise Hamming distance between two code matrices of equal shape.
+py::array_t<int32_t> hamming_rows_py(const U8Array& a, const U8Array& b, int level) {
+  require_matrix(a, "a");
+  require_matrix(b, "b");
+  require(a.shape(0) == b.shape(0) && a.shape(1) == b.shape(1), "a and b must have the same shape");
+  const size_t n = a.shape(0), w = a.shape(1);
+  py::array_t<int32_t> out(n);
+  const uint8_t *pa = a.data(), *pb = b.data();
+  int32_t* po = out.mutable_data();
+  Level lv = level_arg(level);
+  {
+    py::gil_scoped_release nogil;
+    for (size_t i = 0; i < n; ++i) po[i] = static_cast<int32_t>(hamming(pa + i * w, pb + i * w, w, lv));
+  }
+  return out;
+}
+
+// One query against every row: inner products or squared L2 distances.
+F32Array distances_py(const F32Array& q, const F32Array& rows, const std::string& kind, int level) {
+  require_matrix(rows, "rows");
+  const size_t n = rows.shape(0), d = rows.shape(1);
+  require(q.ndim() == 1 && static_cast<size_t>(q.shape(0)) == d, "query length must equal rows.shape[1]");
+  require(kind == "ip" || kind == "l2sq", "kind must be 'ip' or 'l2sq'");
+  F32Array out(n);
+  const float *pq = q.data(), *pr = rows.data();
+  float* po = out.mutable_data();
+  Level lv = level_arg(level);
+  bool ip = kind == "ip";
+  {
+    py::gil_scoped_release nogil;
+    if (ip) ip_block(pq, pr, n, d, po, lv);
+    else l2sq_block(pq, pr, n, d, po, lv);
+  }
+  return out;
+}
+
+Metric metric_arg(const std::string& metric) {
+  if (metric == "ip") return Metric::IP;
+  if (metric == "l2") return Metric::L2;
+  if (metric == "cosine") return Metric::Cosine;
+  throw py::value_error("metric must be 'ip', 'l2' or 'cosine', got '" + metric + "'");
+}
+
+py::tuple exact_search_py(const F32Array& base, const F32Array& queries, long k, const std::string& metric,
+                          const std::optional<U8Array>& allow_mask, const std::optional<I64Array>& allow_ids,
+                          long threads, int level) {
+  require_matrix(base, "base");
+  require_matrix(queries, "queries");
+  const size_t n = base.shape(0), d = base.shape(1), nq = queries.shape(0);
+  require(static_cast<size_t>(queries.shape(1)) == d, "queries have dimension " + std::to_string(queries.shape(1)) +
+                                                          ", base has " + std::to_string(d));
+  require(k > 0, "k must be positive");
+  Metric m = metric_arg(metric);
+  auto allow = allow_arg(allow_mask, allow_ids, n);
+  I64Array ids({nq, static_cast<size_t>(k)});
+  F32Array scores({nq, static_cast<size_t>(k)});
+  const float *pb = base.data(), *pq = queries.data();
+  int64_t* pi = ids.mutable_data();
+  float* ps = scores.mutable_data();
+  Level lv = level_arg(level);
+  size_t nt = resolve_threads(threads);
+  {
+    py::gil_scoped_release nogil;
+    exact_search(pb, n, d, pq, nq, static_cast<size_t>(k), m, allow ? &*allow : nullptr, nt, pi, ps, lv);
+  }
+  return py::make_tuple(ids, scores);
+}
+
+void binary_add_py(BinaryIndex& index, const U8Array& codes) {
+  require_matrix(codes, "codes");
+  require(static_cast<size_t>(codes.shape(1)) == index.code_bytes(),
+          "codes have width " + std::to_string(codes.shape(1)) + " bytes, the index expects " +
+              std::to_string(index.code_bytes()));
+  const uint8_t* p = codes.data();
+  size_t m = codes.shape(0);
+  py::gil_scoped_release nogil;
+  index.add_codes(p, m);
+}
+
+py::tuple binary_search_py(const BinaryIndex& index, const U8Array& qcodes, long k,
+                           const std::optional<U8Array>& allow_mask, const std::optional<I64Array>& allow_ids,
+                           long threads, int level) {
+  require_matrix(qcodes, "queries");
+  require(static_cast<size_t>(qcodes.shape(1)) == index.code_bytes(),
+          "query codes have width " + std::to_string(qcodes.shape(1)) + " bytes, the index expects " +
+              std::to_string(index.code_bytes()));
+  require(k > 0, "k must be positive");
+  const size_t nq = qcodes.shape(0);
+  auto allow = allow_arg(allow_mask, allow_ids, index.size());
+  I64Array ids({nq, static_cast<size_t>(k)});
+  py::array_t<int32_t> dist({nq, static_cast<size_t>(k)});
+  const uint8_t* pq = qcodes.data();
+  int64_t* pi = ids.mutable_data();
+  int32_t* pd = dist.mutable_data();
+  Level lv = level_arg(level);
+  size_t nt = resolve_threads(threads);
+  {
+    py::gil_scoped_release nogil;
+    index.search(pq, nq, static_cast<size_t>(k), allow ? &*allow : nullptr, nt, pi, pd, lv);
+  }
+  return py::make_tuple(ids, dist);
+}
+
+U8Array binary_codes_py(const BinaryIndex& index) {
+  const size_t n = index.size(), w = index.code_bytes();
+  U8Array out({n, w});
+  uint8_t* p = out.mutable_data();
+  py::gil_scoped_release nogil;
+  for (size_t i = 0; i < n; ++i) index.get_code(i, p + i * w);
+  return out;
+}
+
+}  // namespace
+
+void bind_core(py::module_& m) {
+  m.def("cpu_features", &cpu_features, "Detected CPU features and the kernel level in use.");
+  m.def("hardware_threads", &hardware_threads);
+  m.def("all_finite", &all_finite_py, py::arg("x"));
+  m.def("binary_quantize", &quantize_py, py::arg("x"), py::arg("level") = -1);
+  m.def("hamming_rows", &hamming_rows_py, py::arg("a"), py::arg("b"), py::arg("level") = -1);
+  m.def("distances", &distances_py, py::arg("q"), py::arg("rows"), py::arg("kind"), py::arg("level") = -1);
+  m.def("exact_search", &exact_search_py, py::arg("base"), py::arg("queries"), py::arg("k"), py::arg("metric"),
+        py::arg("allow_mask") = py::none(), py::arg("allow_ids") = py::none(), py::arg("threads") = 0,
+        py::arg("level") = -1);
+
+  py::class_<BinaryIndex>(m, "BinaryIndex")
+      .def(py::init<size_t>(), py::arg("dim"))
+      .def_property_readonly("dim", &BinaryIndex::dim)
+      .def_property_readonly("code_bytes", &BinaryIndex::code_bytes)
+      .def_property_readonly("nbytes", &BinaryIndex::nbytes)
+      .def("__len__", &BinaryIndex::size)
+      .def("add_codes", &binary_add_py, py::arg("codes"))
+      .def("codes", &binary_codes_py)
+      .def("search_codes", &binary_search_py, py::arg("queries"), py::arg("k"), py::arg("allow_mask") = py::none(),
+           py::arg("allow_ids") = py::none(), py::arg("threads") = 0, py::arg("level") = -1);
+}

@@ -1,0 +1,11 @@
+// The extension module vecsift._core: each bind_* file registers one part.
+#include <pybind11/pybind11.h>
+
+namespace py = pybind11;
+
+void bind_core(py::module_& m);
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "vecsift native core (SIMD kernels, exact and binary scans)";
+  bind_core(m);
+}

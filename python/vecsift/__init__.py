@@ -1,0 +1,16 @@
+"""vecsift: embeddable vector search with a native SIMD core."""
+from ._core import cpu_features
+from .binary import BinaryIndex, binary_quantize
+from .errors import CorruptIndexError, VecsiftError
+from .flat import exact_search
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BinaryIndex",
+    "CorruptIndexError",
+    "VecsiftError",
+    "binary_quantize",
+    "cpu_features",
+    "exact_search",
+]
