@@ -53,7 +53,7 @@ void add_py(HNSWGraph& g, const F32Array& x, const std::optional<U64Array>& labe
 }
 
 py::tuple search_py(const HNSWGraph& g, const F32Array& q, long k, long ef, const std::optional<U8Array>& mask,
-                    const std::optional<I64Array>& allow_labels, long threads) {
+                    const std::optional<I64Array>& allow_labels, long threads, int filter_mode) {
   check_vectors(q, g.dim(), "queries");
   require(k > 0, "k must be positive");
   if (ef <= 0) ef = static_cast<long>(g.ef_search());
@@ -77,7 +77,7 @@ py::tuple search_py(const HNSWGraph& g, const F32Array& q, long k, long ef, cons
   {
     py::gil_scoped_release nogil;
     require(all_finite(pq, nq * g.dim()), "queries contain NaN or infinite values");
-    g.search(pq, nq, static_cast<size_t>(k), static_cast<size_t>(ef), allow, nt, pl, ps);
+    g.search(pq, nq, static_cast<size_t>(k), static_cast<size_t>(ef), allow, nt, pl, ps, filter_mode);
   }
   return py::make_tuple(labels, scores);
 }
@@ -137,7 +137,7 @@ void bind_hnsw(py::module_& m) {
            })
       .def("add", &add_py, py::arg("vectors"), py::arg("labels"), py::arg("threads"))
       .def("search", &search_py, py::arg("queries"), py::arg("k"), py::arg("ef"), py::arg("allow_mask"),
-           py::arg("allow_labels"), py::arg("threads"))
+           py::arg("allow_labels"), py::arg("threads"), py::arg("filter_mode") = 0)
       .def("set_deleted", &set_deleted_py, py::arg("labels"), py::arg("deleted"))
       .def("save",
            [](const HNSWGraph& g, const std::string& path) {

@@ -158,7 +158,7 @@ class HNSWIndex:
         self._g.set_deleted(_labels_array(labels, "labels"), False)
 
     # ------------------------------------------------------------ search
-    def search(self, queries, k: int = 10, ef: int | None = None, allow=None, threads: int = 0):
+    def search(self, queries, k: int = 10, ef: int | None = None, allow=None, threads: int = 0, *, _filter_mode=0):
         """Returns (labels int64 (n, k), scores float32 (n, k)), best first.
 
         ``ef``: beam width (default ``ef_search``; at least k is used).
@@ -190,7 +190,7 @@ class HNSWIndex:
                 mask = np.ascontiguousarray(allow).view(np.uint8)
             else:
                 labels = _labels_array(allow, "allow")
-        return self._g.search(q, k, ef, mask, labels, threads)
+        return self._g.search(q, k, ef, mask, labels, threads, _filter_mode)
 
     # ------------------------------------------------------------ files
     def save(self, path) -> None:

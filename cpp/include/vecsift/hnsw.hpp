@@ -276,8 +276,9 @@ class HNSWGraph {
   // ---------------------------------------------------------------- search
   // Top-k for nq queries; labels -1 / scores -inf pad rows with fewer than k
   // eligible results. Scores are similarities (ip, cosine, -squared l2).
+  // filter_mode (for tests and calibration): 0 auto, 1 always walk the graph, 2 always scan.
   void search(const float* queries, size_t nq, size_t k, size_t ef, const AllowSpec& allow, size_t threads,
-              int64_t* out_labels, float* out_scores) const {
+              int64_t* out_labels, float* out_scores, int filter_mode = 0) const {
     std::shared_lock<std::shared_mutex> r(rw_);
     std::vector<uint64_t> filter_bits;
     Eligible elig{live_bits_.data(), live()};
@@ -287,7 +288,7 @@ class HNSWGraph {
       size_t c = 0;
       for (uint64_t w : filter_bits) c += static_cast<size_t>(__builtin_popcountll(w));
       elig = Eligible{filter_bits.data(), c};
-      scan = static_cast<double>(c) <= scan_threshold(std::max(ef, k));
+      scan = filter_mode == 0 ? static_cast<double>(c) <= scan_threshold(std::max(ef, k)) : filter_mode == 2;
     }
     if (n_ == 0) elig.count = 0;
     threads = std::max<size_t>(1, std::min(threads, nq));
