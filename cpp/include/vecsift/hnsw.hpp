@@ -135,7 +135,7 @@ struct HnswScratch {
   std::vector<uint64_t> visited;
   std::vector<uint32_t> touched;
   std::vector<HnswKeyId> cand, top, sel, prune, chosen;
-  std::vector<uint32_t> nbr;
+  std::vector<uint32_t> nbr, kept;
   std::vector<float> keys, query;
 
   void prepare(size_t n, size_t max_links, size_t dim) {
@@ -554,15 +554,23 @@ class HNSWGraph {
       if (c.key > lower) break;
       std::pop_heap(s.cand.begin(), s.cand.end(), key_greater);
       s.cand.pop_back();
-      if (!s.cand.empty()) _mm_prefetch(reinterpret_cast<const char*>(links(s.cand.front().id, lev)), _MM_HINT_T0);
+      if (!s.cand.empty()) {  // the next candidate's whole link list
+        const char* nl = reinterpret_cast<const char*>(links(s.cand.front().id, lev));
+        for (size_t o = 0; o < (maxc + 1) * 4; o += 64) _mm_prefetch(nl + o, _MM_HINT_T0);
+      }
       const uint32_t* l = links(c.id, lev);
       const size_t cnt = std::min<size_t>(load_count(l), maxc);
+      uint64_t* vis = s.visited.data();
+      uint32_t* nbr = s.nbr.data();
       size_t nn = 0;
       for (size_t j = 0; j < cnt; ++j) {
         const uint32_t v = load_link(l, j);
-        if (!s.test_and_set(v)) {
-          s.nbr[nn++] = v;
-        }
+        uint64_t& w = vis[v >> 6];
+        const uint64_t b = uint64_t{1} << (v & 63);
+        if (w & b) continue;
+        if (!w) s.touched.push_back(v >> 6);
+        w |= b;
+        nbr[nn++] = v;
       }
       if (!nn) continue;
       kern_.batch(q, base, rec_bytes_, s.nbr.data(), nn, dim_, s.keys.data());
@@ -662,22 +670,30 @@ class HNSWGraph {
   // ---------------------------------------------------------------- insertion
   // The neighbour-selection heuristic: keep a candidate only if it is closer
   // to the base than to every neighbour already kept. `cands` sorted ascending.
-  void select_neighbors(const std::vector<HnswKeyId>& cands, size_t M, std::vector<HnswKeyId>& out) const {
+  // Distances to the kept neighbours are computed 8 at a time with the batch
+  // kernel, stopping at the first chunk that rejects the candidate.
+  void select_neighbors(const std::vector<HnswKeyId>& cands, size_t M, std::vector<HnswKeyId>& out,
+                        HnswScratch& s) const {
     out.clear();
     if (cands.size() <= M) {
       out = cands;
       return;
     }
+    s.kept.clear();
+    float keys[8];
     for (const HnswKeyId& c : cands) {
       if (out.size() >= M) break;
       const float* cv = vec(c.id);
       bool good = true;
-      for (const HnswKeyId& o : out)
-        if (kern_.pair(cv, vec(o.id), dim_) < c.key) {
-          good = false;
-          break;
-        }
-      if (good) out.push_back(c);
+      for (size_t o = 0; o < out.size() && good; o += 8) {
+        const size_t cnt = std::min<size_t>(8, out.size() - o);
+        kern_.batch(cv, records_.data(), rec_bytes_, s.kept.data() + o, cnt, dim_, keys);
+        for (size_t j = 0; j < cnt; ++j) good = good && !(keys[j] < c.key);
+      }
+      if (good) {
+        out.push_back(c);
+        s.kept.push_back(c.id);
+      }
     }
   }
 
@@ -706,7 +722,7 @@ class HNSWGraph {
       if (s.top.empty()) continue;
       cur = s.top[0].id;
       cur_key = s.top[0].key;
-      select_neighbors(s.top, lev == 0 ? m0_ : m_, s.sel);
+      select_neighbors(s.top, lev == 0 ? m0_ : m_, s.sel, s);
       connect(q, lev, s);
     }
     if (L > maxl) entry_.store(pack_entry(L, q), std::memory_order_release);
@@ -737,12 +753,11 @@ class HNSWGraph {
       const float* bv = vec(nb.id);
       s.prune.clear();
       s.prune.push_back({nb.key, q});
-      for (size_t j = 0; j < cnt; ++j) {
-        const uint32_t x = load_link(l, j);
-        s.prune.push_back({kern_.pair(bv, vec(x), dim_), x});
-      }
+      for (size_t j = 0; j < cnt; ++j) s.nbr[j] = load_link(l, j);
+      kern_.batch(bv, records_.data(), rec_bytes_, s.nbr.data(), cnt, dim_, s.keys.data());
+      for (size_t j = 0; j < cnt; ++j) s.prune.push_back({s.keys[j], s.nbr[j]});
       std::sort(s.prune.begin(), s.prune.end(), key_less);
-      select_neighbors(s.prune, maxc, s.sel);
+      select_neighbors(s.prune, maxc, s.sel, s);
       store_list(l, s.sel.data(), s.sel.size());
     }
   }
