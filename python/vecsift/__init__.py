@@ -3,12 +3,14 @@ from ._core import cpu_features
 from .binary import BinaryIndex, binary_quantize
 from .errors import CorruptIndexError, VecsiftError
 from .flat import exact_search
+from .hnsw import HNSWIndex
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BinaryIndex",
     "CorruptIndexError",
+    "HNSWIndex",
     "VecsiftError",
     "binary_quantize",
     "cpu_features",
