@@ -53,7 +53,7 @@ def module_files(stdlib: Path):
                          and not d.startswith("config-"))
         rel = Path(root).relative_to(stdlib)
         for f in sorted(files):
-            if not f.endswith(".py") or f.startswith("_"):
+            if not f.endswith(".py") or (f.startswith("_") and f != "__init__.py"):
                 continue
             parts = list(rel.parts) + ([] if f == "__init__.py" else [f[:-3]])
             if not parts or any(p.startswith("_") for p in parts):
