@@ -1,6 +1,7 @@
 """vecsift: embeddable vector search with a native SIMD core."""
 from ._core import cpu_features
 from .binary import BinaryIndex, binary_quantize
+from .collection import Collection, Hit, open
 from .errors import CorruptIndexError, VecsiftError
 from .flat import exact_search
 
@@ -8,6 +9,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BinaryIndex",
+    "Collection",
+    "Hit",
+    "open",
     "CorruptIndexError",
     "VecsiftError",
     "binary_quantize",
