@@ -61,7 +61,12 @@ U8Array quantize_py(const F32Array& x, int level) {
   Level lv = level_arg(level);
   {
     py::gil_scoped_release nogil;
-    binary_quantize(src, n, d, dst, lv);
+    // Row slices on all cores; small inputs stay on one thread.
+    const size_t w = code_bytes_for_dim(d), slices = std::max<size_t>(1, std::min(hardware_threads(), n * d / (1 << 20)));
+    parallel_for(slices, slices, [&](size_t t) {
+      size_t r0 = n * t / slices, r1 = n * (t + 1) / slices;
+      binary_quantize(src + r0 * d, r1 - r0, d, dst + r0 * w, lv);
+    });
   }
   return out;
 }
