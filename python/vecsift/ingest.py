@@ -94,7 +94,11 @@ def _metadata_table(metadata, n: int) -> pa.Table:
         metadata = list(metadata)
         if any(m is not None and not isinstance(m, dict) for m in metadata[:1]):
             raise TypeError("metadata must be a list of dicts (one per chunk) or a dict of columns")
-        table = pa.Table.from_pylist([m or {} for m in metadata])
+        # pa.array infers one struct type from every row (from_pylist looks at the first only)
+        try:
+            table = pa.Table.from_struct_array(pa.array([m or {} for m in metadata]))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise TypeError(f"metadata: values of one key must share a type: {exc}") from None
     if table.num_rows != n and table.num_columns:
         raise ValueError(f"metadata has {table.num_rows} rows, expected {n} (one per chunk)")
     return table
@@ -110,7 +114,9 @@ def check_ids(ids) -> pa.Array:
         arr = ids if isinstance(ids, pa.Array) else pa.array(ids if isinstance(ids, np.ndarray) else list(ids))
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise TypeError(f"ids must be strings: {exc}") from None
-    if pa.types.is_large_string(arr.type) or pa.types.is_dictionary(arr.type):
+    if pa.types.is_null(arr.type) and len(arr):
+        raise ValueError("ids must not contain None")
+    if pa.types.is_large_string(arr.type) or pa.types.is_dictionary(arr.type) or pa.types.is_null(arr.type):
         arr = arr.cast(pa.string())
     if not pa.types.is_string(arr.type):
         raise TypeError(f"ids must be strings, got {arr.type}")
@@ -130,13 +136,13 @@ def build_batch(ids, n: int, *, texts=None, display_texts=None, doc_ids=None, te
     """One table of n chunks in ROW_SCHEMA order plus m.* metadata columns."""
     provenance = dict(provenance or {})
     meta = _metadata_table(metadata, n)
-    for name in PROVENANCE:  # provenance given inside metadata is lifted out of it
-        if name in meta.column_names and provenance.get(name) is None:
-            provenance[name] = meta[name]
+    lifted = {}
+    for name in PROVENANCE + ("char_range",):  # provenance given inside metadata is lifted out of it
+        if name in meta.column_names:
+            lifted[name] = meta[name]
             meta = meta.drop_columns([name])
-    if "char_range" in meta.column_names and provenance.get("char_range") is None:
-        provenance["char_range"] = meta["char_range"]
-        meta = meta.drop_columns(["char_range"])
+    if "char_range" in lifted and provenance.get("char_range") is None:
+        provenance["char_range"] = lifted.pop("char_range")
     cr = provenance.pop("char_range", None)
     if cr is not None:
         arr = _broadcast(cr, n, "char_range", pa.list_(pa.int64()))
@@ -151,7 +157,10 @@ def build_batch(ids, n: int, *, texts=None, display_texts=None, doc_ids=None, te
         "display_text": _broadcast(display_texts, n, "display_texts", pa.string()),
     }
     for name in PROVENANCE:
-        cols[name] = _broadcast(provenance.get(name), n, name, ROW_SCHEMA.field(name).type)
+        typ = ROW_SCHEMA.field(name).type
+        cols[name] = _broadcast(provenance.get(name), n, name, typ)
+        if name in lifted:  # per chunk: the keyword argument wins where it is given
+            cols[name] = pc.coalesce(cols[name], _broadcast(lifted[name], n, name, typ))
     arrays = [cols[f.name] for f in ROW_SCHEMA]
     names = list(ROW_SCHEMA.names)
     for name in meta.column_names:
