@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from ._arrays import as_vectors, check_k, check_threads
-from .dense import KINDS
+from .dense import KINDS, exact_rows
 from .errors import CorruptIndexError, VecsiftError
 from .filters import Filters, as_keys, bitmap_of, rows_of
 from .flat import check_metric
@@ -641,17 +641,11 @@ class Collection:
             over = 1
         if n_allowed <= max(k * over, EXACT_BELOW):
             # a very selective filter: score every allowed row exactly
-            cand = np.broadcast_to(rows_of(allow), (nq, n_allowed))
-            return self._rescore(snap, q, cand, k)
+            return exact_rows(snap.vectors, q, rows_of(allow), k, self.metric)
         with self._rw.read():
             clip = not (allow is snap.live and snap.full and snap.dense.size == snap.n)
             return snap.dense.search(snap.vectors, q, k, allow if clip else None, n_allowed, ef=ef,
                                      oversample=oversample, threads=threads)
-
-    def _rescore(self, snap, q, cand, k):
-        from .dense import rescore
-
-        return rescore(snap.vectors, q, cand, k, self.metric)
 
     def _hits(self, snap, rows, scores, ranks=None) -> list:
         valid = rows >= 0

@@ -42,35 +42,57 @@ def similarities(x: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
     return s
 
 
-def rescore(vectors: np.ndarray, queries: np.ndarray, cand: np.ndarray, k: int, metric: str):
-    """Exact top-k among each query's candidate rows (-1 = none), read from `vectors` (a memmap).
+def _top(sc: np.ndarray, rows: np.ndarray, k: int):
+    """Best k per row of sc (ties: smaller row id); -inf scores become row -1."""
+    order = np.lexsort((rows, -sc), axis=1)[:, :k]
+    top_s = np.take_along_axis(sc, order, axis=1)
+    top_r = np.take_along_axis(rows, order, axis=1)
+    top_r[~np.isfinite(top_s)] = -1
+    return top_r, top_s
 
-    Each distinct candidate row is read once per block of queries, in row order.
-    Ties go to the smaller row. Returns (rows int64 (nq, k), scores float32 (nq, k)).
-    """
-    nq, c = cand.shape
+
+def _pad(nq, k, top_r, top_s):
     rows_out = np.full((nq, k), -1, dtype=np.int64)
     scores_out = np.full((nq, k), -np.inf, dtype=np.float32)
+    rows_out[:, :top_r.shape[1]] = top_r
+    scores_out[:, :top_s.shape[1]] = top_s
+    return rows_out, scores_out
+
+
+def rescore(vectors: np.ndarray, queries: np.ndarray, cand: np.ndarray, k: int, metric: str):
+    """Exact top-k among each query's own candidate rows (-1 = none), read from `vectors` (a memmap).
+
+    Only the candidates' rows are read (one gather per block of queries).
+    Returns (rows int64 (nq, k), scores float32 (nq, k)), ties to the smaller row.
+    """
+    nq, c = cand.shape
     if c == 0 or nq == 0:
-        return rows_out, scores_out
+        return _pad(nq, k, np.empty((nq, 0), np.int64), np.empty((nq, 0), np.float32))
     d = vectors.shape[1]
     block = max(1, min(nq, (32 << 20) // max(1, c * d * 4)))
+    parts_r, parts_s = [], []
     for s in range(0, nq, block):
         cb = cand[s:s + block]
         valid = cb >= 0
-        uniq, inv = np.unique(np.where(valid, cb, 0), return_inverse=True)
-        x = np.asarray(vectors[uniq], dtype=np.float32)
-        sims = similarities(x, queries[s:s + len(cb)], metric)  # (len(uniq), block)
-        sc = sims[inv.reshape(cb.shape), np.arange(len(cb))[:, None]].astype(np.float32)
+        x = np.asarray(vectors[np.where(valid, cb, 0).ravel()], dtype=np.float32).reshape(len(cb), c, d)
+        q = queries[s:s + len(cb)]
+        sc = np.matmul(x, q[:, :, None])[:, :, 0]
+        if metric == "l2":
+            sc = 2 * sc - np.einsum("bcd,bcd->bc", x, x) - np.einsum("bd,bd->b", q, q)[:, None]
+        sc = sc.astype(np.float32)
         sc[~valid] = -np.inf
-        order = np.lexsort((np.where(valid, cb, np.iinfo(np.int64).max), -sc), axis=1)[:, :k]
-        top_s = np.take_along_axis(sc, order, axis=1)
-        top_r = np.take_along_axis(cb, order, axis=1)
-        top_r[~np.isfinite(top_s)] = -1
-        w = order.shape[1]
-        rows_out[s:s + len(cb), :w] = top_r
-        scores_out[s:s + len(cb), :w] = top_s
-    return rows_out, scores_out
+        r, t = _top(sc, np.where(valid, cb, np.iinfo(np.int64).max), k)
+        parts_r.append(r)
+        parts_s.append(t)
+    return _pad(nq, k, np.concatenate(parts_r), np.concatenate(parts_s))
+
+
+def exact_rows(vectors: np.ndarray, queries: np.ndarray, rows: np.ndarray, k: int, metric: str):
+    """Exact top-k of every query over the same (sorted) rows: one gather, one matmul."""
+    x = np.asarray(vectors[rows], dtype=np.float32)
+    sc = similarities(x, queries, metric).T.astype(np.float32)  # (nq, len(rows))
+    r, t = _top(sc, np.broadcast_to(rows, sc.shape), k)
+    return _pad(len(queries), k, r, t)
 
 
 class BQDense:
