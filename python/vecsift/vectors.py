@@ -10,6 +10,7 @@ manifest, so a commit never re-reads old rows.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 
@@ -89,11 +90,19 @@ class RowFile:
         os.fsync(self._fd)
 
     def view(self, rows: int) -> np.ndarray:
-        """Read-only memmap of the first `rows` rows (pages are read on demand)."""
+        """Read-only memory-mapped array of the first `rows` rows (pages are read on demand).
+
+        MADV_RANDOM: rescoring touches a few scattered rows, so read-ahead would
+        only pull in (and make resident) neighbours nobody asked for.
+        """
         dt = _DTYPES[self.dtype]
         if rows == 0:
             return np.empty((0, self.width), dtype=dt)
-        return np.memmap(self.path, dtype=dt, mode="r", offset=HEADER_BYTES, shape=(rows, self.width))
+        length = HEADER_BYTES + rows * self.row_bytes
+        mm = mmap.mmap(self._fd, length, access=mmap.ACCESS_READ)
+        if hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+            mm.madvise(mmap.MADV_RANDOM)
+        return np.frombuffer(mm, dtype=dt, count=rows * self.width, offset=HEADER_BYTES).reshape(rows, self.width)
 
     def read_all(self, rows: int, crc: int) -> np.ndarray:
         """The first `rows` rows in RAM, checked against the manifest's crc."""
