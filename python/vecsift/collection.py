@@ -643,7 +643,7 @@ class Collection:
             # a very selective filter: score every allowed row exactly
             return exact_rows(snap.vectors, q, rows_of(allow), k, self.metric)
         with self._rw.read():
-            clip = not (allow is snap.live and snap.full and snap.dense.size == snap.n)
+            clip = not (allow is snap.live and snap.full and snap.dense.size == snap.n and not snap.dense.growing)
             return snap.dense.search(snap.vectors, q, k, allow if clip else None, n_allowed, ef=ef,
                                      oversample=oversample, threads=threads)
 

@@ -26,6 +26,8 @@ import numpy as np
 
 from . import _core
 from .binary import BinaryIndex
+from .errors import CorruptIndexError
+from .storage import file_crc
 from .vectors import RowFile
 
 # Chosen by measurement (bench/bench_collection.py, 100k PyPI summaries
@@ -105,6 +107,7 @@ class BQDense:
             raise ValueError(f"oversample must be >= 1, got {self.oversample}")
         self.codes = codes
         self.lock = None  # the collection's readers-writer lock, set by the collection
+        self.growing = False  # codes are appended under the write lock, never during a search
         self.index = BinaryIndex(dim)
         self._staged = []
 
@@ -167,6 +170,7 @@ class HNSWDense:
     def __init__(self, index):
         self.index = index
         self.lock = None
+        self.growing = False
 
     @staticmethod
     def params(params: dict) -> dict:
@@ -193,8 +197,6 @@ class HNSWDense:
     @classmethod
     def load(cls, directory, entry, dim, metric, params, writable):
         from .hnsw import HNSWIndex
-        from .storage import file_crc
-        from .errors import CorruptIndexError
 
         if entry is None:
             return cls.create(directory, 0, dim, metric, params)
@@ -218,24 +220,22 @@ class HNSWDense:
     def prepare_commit(self, directory, gen, vectors) -> dict:
         n0 = len(self.index)
         if len(vectors) > n0:
-            new = np.ascontiguousarray(vectors[n0:])
-            labels = np.arange(n0, len(vectors), dtype=np.uint64)
-            if self.lock is None:
-                self.index.add(new, ids=labels)
+            # HNSWIndex lets searches run during add; they only have to be clipped to
+            # their snapshot from now on. Taking the write lock to raise the flag waits
+            # for any search that started unclipped.
+            if self.lock is not None:
+                with self.lock.write():
+                    self.growing = True
             else:
-                with self.lock.write():  # the graph is not searched while it is changed
-                    self.index.add(new, ids=labels)
-        from .storage import file_crc
-
+                self.growing = True
+            self.index.add(np.ascontiguousarray(vectors[n0:]), ids=np.arange(n0, len(vectors), dtype=np.uint64))
         name = f"hnsw-{gen}.idx"
         path = os.path.join(directory, name)
-        self.index.save(path)
-        with open(path, "rb+") as f:
-            os.fsync(f.fileno())
+        self.index.save(path)  # temp file, fsync, rename (HNSWIndex.save)
         return {"file": name, "crc": file_crc(path)}
 
     def publish(self) -> None:
-        pass
+        self.growing = False  # the new snapshot counts every row of the graph
 
     def files(self, entry) -> list:
         return [entry["file"]] if entry else []
