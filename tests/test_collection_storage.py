@@ -115,3 +115,19 @@ def test_old_generation_files_are_removed(tmp_path):
     c.close()
     assert len(files(tmp_path / "c", "filters-")) == 1
     assert len(files(tmp_path / "c", "seg-")) == 6  # one per commit that added chunks, until compact
+
+
+def test_reader_refresh_follows_the_writer(tmp_path):
+    x = build(tmp_path / "c")
+    w = vecsift.open(tmp_path / "c")
+    r = vecsift.open(tmp_path / "c", readonly=True)
+    w.add(["new"], -x[:1])
+    w.delete(ids=["r1"])
+    assert r.refresh() is False and len(r) == 300
+    w.commit()
+    assert r.refresh() is True
+    assert len(r) == 300 and r.search(-x[0], k=1)[0].id == "new" and "r1" not in r.ids()
+    w.compact()  # renumbers rows and replaces every file under the reader
+    assert r.refresh() is True and len(r) == 300 and r.search(x[2], k=1)[0].id == "r2"
+    w.close()
+    r.close()

@@ -280,6 +280,34 @@ class Collection:
         self._dirty = False
         self._publish()
 
+    def refresh(self) -> bool:
+        """Readonly collections: picks up a newer commit of the writer (True if one was loaded).
+
+        Searches already running finish on the snapshot they started with."""
+        if self._closed:
+            raise VecsiftError("the collection is closed")
+        if self._lock is not None:
+            return False  # the writer's own state is always the newest
+        for attempt in range(5):
+            m = read_manifest(self._path)
+            if m["generation"] == self._manifest["generation"]:
+                return False
+            try:
+                vec, dense, filters, tables = self._load(self._path, m, writable=False)
+                break
+            except CorruptIndexError:
+                if attempt == 4 or read_manifest(self._path)["generation"] == m["generation"]:
+                    raise
+        old_vec, old_dense = self._vec, self._dense
+        dense.lock = self._rw
+        self._manifest, self._vec, self._dense, self._filters, self._tables = m, vec, dense, filters, tables
+        self._table = _concat(tables)
+        self._schema = self._table.schema
+        self._publish()
+        old_vec.close()
+        old_dense.close()
+        return True
+
     def _publish(self) -> None:
         """Swaps in a new snapshot of the committed rows and current deletes."""
         n = self._manifest["rows"]
@@ -364,6 +392,10 @@ class Collection:
                 self.commit()
         finally:
             self._closed = True
+            # drop the snapshot so the float32 mapping goes once no search holds it
+            self._snap = _Snapshot(0, np.empty((0, self.dim), np.float32), self._dense, Filters(), BitMap(), True,
+                                   _concat([]))
+            self._table = self._tables = None
             self._vec.close()
             self._dense.close()
             if self._lock is not None:

@@ -171,6 +171,7 @@ class HNSWDense:
         self.index = index
         self.lock = None
         self.growing = False
+        self.entry = None  # manifest entry of the saved graph
 
     @staticmethod
     def params(params: dict) -> dict:
@@ -206,6 +207,7 @@ class HNSWDense:
         if file_crc(path) != entry["crc"]:
             raise CorruptIndexError(f"{path}: checksum does not match the manifest")
         self = cls(HNSWIndex.load(path))
+        self.entry = dict(entry)
         if params.get("ef_search"):
             self.index.ef_search = int(params["ef_search"])
         return self
@@ -219,6 +221,8 @@ class HNSWDense:
 
     def prepare_commit(self, directory, gen, vectors) -> dict:
         n0 = len(self.index)
+        if len(vectors) == n0 and self.entry is not None:
+            return self.entry  # graph unchanged (a commit of deletes only): keep its file
         if len(vectors) > n0:
             # HNSWIndex lets searches run during add; they only have to be clipped to
             # their snapshot from now on. Taking the write lock to raise the flag waits
@@ -232,7 +236,8 @@ class HNSWDense:
         name = f"hnsw-{gen}.idx"
         path = os.path.join(directory, name)
         self.index.save(path)  # temp file, fsync, rename (HNSWIndex.save)
-        return {"file": name, "crc": file_crc(path)}
+        self.entry = {"file": name, "crc": file_crc(path)}
+        return self.entry
 
     def publish(self) -> None:
         self.growing = False  # the new snapshot counts every row of the graph
