@@ -4,8 +4,10 @@
 namespace py = pybind11;
 
 void bind_core(py::module_& m);
+void bind_hnsw(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "vecsift native core (SIMD kernels, exact and binary scans)";
   bind_core(m);
+  bind_hnsw(m);
 }

@@ -4,6 +4,7 @@ from .binary import BinaryIndex, binary_quantize
 from .collection import Collection, Hit, open
 from .errors import CorruptIndexError, VecsiftError
 from .flat import exact_search
+from .hnsw import HNSWIndex
 
 __version__ = "0.1.0"
 
@@ -13,6 +14,7 @@ __all__ = [
     "Hit",
     "open",
     "CorruptIndexError",
+    "HNSWIndex",
     "VecsiftError",
     "binary_quantize",
     "cpu_features",

@@ -89,9 +89,15 @@ class UsearchAdapter:
     def search(self, queries, k, ef, threads):
         self.index.expansion_search = max(ef, k)
         res = self.index.search(queries, k, threads=threads)
-        keys = np.asarray(res.keys).reshape(len(queries), k).astype(np.int64)
+        keys = np.full((len(queries), k), -1, np.int64)
+        if len(queries) == 1:  # usearch returns single Matches for one query
+            found = np.asarray(res.keys, np.int64)[:k]
+            keys[0, : len(found)] = found
+            return keys
         counts = np.asarray(res.counts).reshape(-1)
-        keys[np.arange(k)[None, :] >= counts[:, None]] = -1
+        raw = np.asarray(res.keys, np.int64).reshape(len(queries), k)
+        valid = np.arange(k)[None, :] < counts[:, None]
+        keys[valid] = raw[valid]
         return keys
 
     def nbytes(self):
