@@ -3,6 +3,7 @@ from ._core import cpu_features
 from . import eval
 from .binary import BinaryIndex, binary_quantize
 from .bm25 import BM25Index
+from .collection import Collection, Hit, open
 from .errors import CorruptIndexError, VecsiftError
 from .flat import exact_search
 from .fusion import rrf
@@ -13,6 +14,9 @@ __version__ = "0.1.0"
 __all__ = [
     "BM25Index",
     "BinaryIndex",
+    "Collection",
+    "Hit",
+    "open",
     "CorruptIndexError",
     "HNSWIndex",
     "VecsiftError",
