@@ -135,7 +135,7 @@ struct HnswScratch {
   std::vector<uint64_t> visited;
   std::vector<uint32_t> touched;
   std::vector<HnswKeyId> cand, top, sel, prune, chosen;
-  std::vector<uint32_t> nbr;
+  std::vector<uint32_t> nbr, kept;
   std::vector<float> keys, query;
 
   void prepare(size_t n, size_t max_links, size_t dim) {
@@ -163,6 +163,7 @@ struct HnswScratch {
 struct Eligible {
   const uint64_t* bits;
   size_t count;
+  const uint32_t* list = nullptr;  // when set: the eligible ids themselves (scan only)
   bool test(uint32_t id) const { return (__atomic_load_n(bits + (id >> 6), __ATOMIC_RELAXED) >> (id & 63)) & 1u; }
 };
 
@@ -268,7 +269,8 @@ class HNSWGraph {
     std::atomic<size_t> next{first};
     const size_t nt = std::max<size_t>(1, std::min(threads, n0 + m - first));
     parallel_for(nt, nt, [&](size_t) {
-      HnswScratch s;
+      ScratchLease lease(*this);
+      HnswScratch& s = *lease.s;
       for (size_t i = next.fetch_add(1); i < n0 + m; i = next.fetch_add(1)) insert(static_cast<uint32_t>(i), s);
     });
   }
@@ -283,7 +285,20 @@ class HNSWGraph {
     std::vector<uint64_t> filter_bits;
     Eligible elig{live_bits_.data(), live()};
     bool scan = false;
-    if (allow.active()) {
+    std::vector<uint32_t> filter_list;
+    if (allow.labels && filter_mode != 1 &&
+        (filter_mode == 2 || static_cast<double>(allow.nlabels) <= scan_threshold(std::max(ef, k)))) {
+      // Few allowed labels: scan them directly, no bitset over all rows.
+      filter_list.reserve(allow.nlabels);
+      for (size_t j = 0; j < allow.nlabels; ++j) {
+        const uint32_t id = id_of(allow.labels[j]);
+        if (elig.test(id)) filter_list.push_back(id);
+      }
+      std::sort(filter_list.begin(), filter_list.end());  // memory order; duplicates dropped
+      filter_list.erase(std::unique(filter_list.begin(), filter_list.end()), filter_list.end());
+      elig = Eligible{nullptr, filter_list.size(), filter_list.data()};
+      scan = true;
+    } else if (allow.active()) {
       filter_bits = allowed_live_bits(allow);
       size_t c = 0;
       for (uint64_t w : filter_bits) c += static_cast<size_t>(__builtin_popcountll(w));
@@ -293,7 +308,8 @@ class HNSWGraph {
     if (n_ == 0) elig.count = 0;
     threads = std::max<size_t>(1, std::min(threads, nq));
     parallel_for(threads, threads, [&](size_t t) {
-      HnswScratch s;
+      ScratchLease lease(*this);
+      HnswScratch& s = *lease.s;
       s.prepare(n_, m0_, dim_);
       const size_t q0 = nq * t / threads, q1 = nq * (t + 1) / threads;
       for (size_t q = q0; q < q1; ++q)
@@ -351,6 +367,25 @@ class HNSWGraph {
     __atomic_store_n(l, static_cast<uint32_t>(cnt), __ATOMIC_RELEASE);
   }
   std::mutex& node_lock(uint32_t id) const { return node_locks_[id % kStripes]; }
+
+  // Scratch buffers are pooled so a one-query call allocates nothing.
+  struct ScratchLease {
+    const HNSWGraph& g;
+    std::unique_ptr<HnswScratch> s;
+    explicit ScratchLease(const HNSWGraph& graph) : g(graph) {
+      std::lock_guard<std::mutex> l(g.pool_mutex_);
+      if (g.pool_.empty()) {
+        s.reset(new HnswScratch);
+      } else {
+        s = std::move(g.pool_.back());
+        g.pool_.pop_back();
+      }
+    }
+    ~ScratchLease() {
+      std::lock_guard<std::mutex> l(g.pool_mutex_);
+      if (g.pool_.size() < 64) g.pool_.push_back(std::move(s));
+    }
+  };
 
   static uint64_t pack_entry(int level, uint32_t id) { return (static_cast<uint64_t>(level) << 32) | id; }
   static int entry_level(uint64_t e) { return static_cast<int>(e >> 32); }
@@ -519,13 +554,23 @@ class HNSWGraph {
       if (c.key > lower) break;
       std::pop_heap(s.cand.begin(), s.cand.end(), key_greater);
       s.cand.pop_back();
-      if (!s.cand.empty()) _mm_prefetch(reinterpret_cast<const char*>(links(s.cand.front().id, lev)), _MM_HINT_T0);
+      if (!s.cand.empty()) {  // the next candidate's whole link list
+        const char* nl = reinterpret_cast<const char*>(links(s.cand.front().id, lev));
+        for (size_t o = 0; o < (maxc + 1) * 4; o += 64) _mm_prefetch(nl + o, _MM_HINT_T0);
+      }
       const uint32_t* l = links(c.id, lev);
       const size_t cnt = std::min<size_t>(load_count(l), maxc);
+      uint64_t* vis = s.visited.data();
+      uint32_t* nbr = s.nbr.data();
       size_t nn = 0;
       for (size_t j = 0; j < cnt; ++j) {
         const uint32_t v = load_link(l, j);
-        if (!s.test_and_set(v)) s.nbr[nn++] = v;
+        uint64_t& w = vis[v >> 6];
+        const uint64_t b = uint64_t{1} << (v & 63);
+        if (w & b) continue;
+        if (!w) s.touched.push_back(v >> 6);
+        w |= b;
+        nbr[nn++] = v;
       }
       if (!nn) continue;
       kern_.batch(q, base, rec_bytes_, s.nbr.data(), nn, dim_, s.keys.data());
@@ -585,6 +630,16 @@ class HNSWGraph {
 
   size_t scan_eligible(const float* q, size_t k, const Eligible& elig, int64_t* out_labels, float* out_scores) const {
     TopK<float> top(k);
+    if (elig.list) {
+      float keys[64];
+      for (size_t i = 0; i < elig.count; i += 64) {
+        const size_t cnt = std::min<size_t>(64, elig.count - i);
+        kern_.batch(q, records_.data(), rec_bytes_, elig.list + i, cnt, dim_, keys);
+        for (size_t j = 0; j < cnt; ++j)
+          if (keys[j] <= top.threshold()) top.push(keys[j], static_cast<int64_t>(labels_[elig.list[i + j]]));
+      }
+      return emit(top, out_labels, out_scores);
+    }
     const size_t words = (n_ + 63) / 64;
     uint32_t ids[64];
     float keys[64];
@@ -600,6 +655,10 @@ class HNSWGraph {
       for (size_t j = 0; j < cnt; ++j)
         if (keys[j] <= top.threshold()) top.push(keys[j], static_cast<int64_t>(labels_[ids[j]]));
     }
+    return emit(top, out_labels, out_scores);
+  }
+
+  static size_t emit(TopK<float>& top, int64_t* out_labels, float* out_scores) {
     auto best = top.sorted();
     for (size_t j = 0; j < best.size(); ++j) {
       out_labels[j] = best[j].id;
@@ -611,22 +670,30 @@ class HNSWGraph {
   // ---------------------------------------------------------------- insertion
   // The neighbour-selection heuristic: keep a candidate only if it is closer
   // to the base than to every neighbour already kept. `cands` sorted ascending.
-  void select_neighbors(const std::vector<HnswKeyId>& cands, size_t M, std::vector<HnswKeyId>& out) const {
+  // Distances to the kept neighbours are computed 8 at a time with the batch
+  // kernel, stopping at the first chunk that rejects the candidate.
+  void select_neighbors(const std::vector<HnswKeyId>& cands, size_t M, std::vector<HnswKeyId>& out,
+                        HnswScratch& s) const {
     out.clear();
     if (cands.size() <= M) {
       out = cands;
       return;
     }
+    s.kept.clear();
+    float keys[8];
     for (const HnswKeyId& c : cands) {
       if (out.size() >= M) break;
       const float* cv = vec(c.id);
       bool good = true;
-      for (const HnswKeyId& o : out)
-        if (kern_.pair(cv, vec(o.id), dim_) < c.key) {
-          good = false;
-          break;
-        }
-      if (good) out.push_back(c);
+      for (size_t o = 0; o < out.size() && good; o += 8) {
+        const size_t cnt = std::min<size_t>(8, out.size() - o);
+        kern_.batch(cv, records_.data(), rec_bytes_, s.kept.data() + o, cnt, dim_, keys);
+        for (size_t j = 0; j < cnt; ++j) good = good && !(keys[j] < c.key);
+      }
+      if (good) {
+        out.push_back(c);
+        s.kept.push_back(c.id);
+      }
     }
   }
 
@@ -655,7 +722,7 @@ class HNSWGraph {
       if (s.top.empty()) continue;
       cur = s.top[0].id;
       cur_key = s.top[0].key;
-      select_neighbors(s.top, m_, s.sel);
+      select_neighbors(s.top, lev == 0 ? m0_ : m_, s.sel, s);
       connect(q, lev, s);
     }
     if (L > maxl) entry_.store(pack_entry(L, q), std::memory_order_release);
@@ -686,12 +753,11 @@ class HNSWGraph {
       const float* bv = vec(nb.id);
       s.prune.clear();
       s.prune.push_back({nb.key, q});
-      for (size_t j = 0; j < cnt; ++j) {
-        const uint32_t x = load_link(l, j);
-        s.prune.push_back({kern_.pair(bv, vec(x), dim_), x});
-      }
+      for (size_t j = 0; j < cnt; ++j) s.nbr[j] = load_link(l, j);
+      kern_.batch(bv, records_.data(), rec_bytes_, s.nbr.data(), cnt, dim_, s.keys.data());
+      for (size_t j = 0; j < cnt; ++j) s.prune.push_back({s.keys[j], s.nbr[j]});
       std::sort(s.prune.begin(), s.prune.end(), key_less);
-      select_neighbors(s.prune, maxc, s.sel);
+      select_neighbors(s.prune, maxc, s.sel, s);
       store_list(l, s.sel.data(), s.sel.size());
     }
   }
@@ -728,6 +794,8 @@ class HNSWGraph {
   std::mutex writer_;
   std::mutex entry_mutex_;
   mutable std::mutex node_locks_[kStripes];
+  mutable std::mutex pool_mutex_;
+  mutable std::vector<std::unique_ptr<HnswScratch>> pool_;
 };
 
 }  // namespace vecsift
