@@ -46,6 +46,9 @@ _VERSION = 1
 _EMPTY_PTR = np.zeros(1, np.int64)
 _EMPTY_I32 = np.zeros(0, np.int32)
 
+# Arrays of a saved file, in order, with their on-disk dtypes.
+_DTYPES = {"ptr": "<i8", "docs": "<i4", "tfs": "<i4", "doclen": "<i4", "state": "|u1"}
+
 # Row states.
 _FREE, _ALIVE, _DELETED = 0, 1, 2
 
@@ -72,6 +75,10 @@ class BM25Index:
     str -> list of str; None means vecsift.tokenize.Tokenizer() (identifiers
     kept whole plus their parts, no stopwords).
     """
+
+    # Early termination is considered only before posting lists this long
+    # (tests lower it to exercise that path on small data).
+    _prune_min = 1024
 
     def __init__(self, k1: float = 1.2, b: float = 0.75, tokenizer=None):
         k1, b = float(k1), float(b)
@@ -154,6 +161,11 @@ class BM25Index:
                 raise ValueError(f"row {int(bad)} was already added to this index")
         if n == 0:
             return rows
+        out_rows = rows
+        if n > 1 and (np.diff(rows) < 0).any():  # postings keep rows ascending per term
+            order = np.argsort(rows, kind="stable")
+            texts = [texts[i] for i in order]
+            rows = rows[order]
         # Tokens -> term ids; new terms get the next id.
         vocab = self._vocab
         setdefault = vocab.setdefault
@@ -187,7 +199,7 @@ class BM25Index:
             self._view = None
         if self._t[1].shape[0] > max(self._a[1].shape[0], 1 << 16):
             self.merge()
-        return rows
+        return out_rows
 
     def _grow(self, n_rows):
         if n_rows <= self._n_rows:
@@ -294,8 +306,9 @@ class BM25Index:
         tids = np.fromiter(counts.keys(), np.int64, len(counts))
         qtf = np.fromiter(counts.values(), np.float64, len(counts))
         df = v.df[tids].astype(np.float64)
-        idf = np.log1p((v.n_live - df + 0.5) / (df + 0.5))
-        return tids, idf * qtf
+        w = np.log1p((v.n_live - df + 0.5) / (df + 0.5)) * qtf
+        order = np.argsort(-w, kind="stable")  # heaviest first, for early termination
+        return tids[order], w[order]
 
     def _keep(self, allow, v: _View):
         if allow is None:
@@ -321,7 +334,8 @@ class BM25Index:
         if tids.size == 0 or v.n_rows == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
         acc, touched = self._scratch(v.n_rows)
-        return _kernels().score_topk(*v.a, *v.t, tids, w, v.norm, keep, k, acc, touched)
+        return _kernels().score_topk(*v.a, *v.t, tids, w, v.norm, keep, k, acc, touched,
+                                     self._prune_min)
 
     def search(self, query: str, k: int = 10, allow=None):
         """Top-k rows for one query: (rows int64, scores float32), best first,
@@ -427,12 +441,17 @@ class BM25Index:
             header = json.loads(data[off: off + hlen].decode("utf-8"))
             off += hlen
             arrs = {}
+            if [a[0] for a in header["arrays"]] != list(_DTYPES):
+                raise bad("unexpected array list")
             for aname, dt, count in header["arrays"]:
+                if dt != _DTYPES[aname]:
+                    raise bad(f"array {aname} has dtype {dt}, expected {_DTYPES[aname]}")
                 dt = np.dtype(dt)
+                count = int(count)
                 nbytes = dt.itemsize * int(count)
                 if count < 0 or off + nbytes > len(data) - tail:
                     raise bad(f"array {aname} runs past the end")
-                arrs[aname] = np.frombuffer(data, dt, int(count), off).copy()
+                arrs[aname] = np.frombuffer(data, dt, count, off).copy()
                 off += nbytes
             vb = int(header["vocab_bytes"])
             if off + vb != len(data) - tail:
@@ -462,6 +481,14 @@ class BM25Index:
             raise bad("unknown row state")
         if doclen.size and doclen.min() < 0:
             raise bad("negative document length")
+        # Rows ascend within each term (search binary-searches them).
+        if docs.size > 1:
+            step = np.diff(docs.astype(np.int64))
+            inner = np.ones(docs.shape[0] - 1, bool)
+            bounds = ptr[1:-1]
+            inner[bounds[(bounds > 0) & (bounds < docs.shape[0])] - 1] = False
+            if (step[inner] <= 0).any():
+                raise bad("posting rows not ascending")
         alive = state == _ALIVE
         lens = np.bincount(docs, weights=tfs, minlength=n) if n else np.zeros(0)
         if (lens[alive] != doclen[alive]).any() or (lens[state == _FREE] != 0).any():
