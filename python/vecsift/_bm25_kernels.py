@@ -179,7 +179,10 @@ def _kth_score(acc, touched, nt, k):
     n = 0
     for i in range(nt):
         d = touched[i]
-        n = _heap_push(hs, hr, n, k, acc[d], d)
+        s = acc[d]
+        # inline test first: most rows lose to the root (keeps the loop tight)
+        if n < k or s > hs[0] or (s == hs[0] and d < hr[0]):
+            n = _heap_push(hs, hr, n, k, s, d)
     return hs[0]
 
 
@@ -288,7 +291,8 @@ def score_topk(a_ptr, a_docs, a_tfs, b_ptr, b_docs, b_tfs, tids, weights, norm, 
         d = touched[c]
         s = acc[d]
         acc[d] = 0.0
-        n = _heap_push(hs, hr, n, mk, s, d)
+        if n < mk or s > hs[0] or (s == hs[0] and d < hr[0]):
+            n = _heap_push(hs, hr, n, mk, s, d)
     out_r = np.empty(n, np.int64)
     out_s = np.empty(n, np.float32)
     while n > 0:  # pop worst first, fill from the back
