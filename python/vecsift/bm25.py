@@ -194,8 +194,11 @@ class BM25Index:
                 df += np.diff(bptr)
                 self._df = df
             tptr, tdocs, ttfs = self._t
-            keep = np.ones(self._n_rows, np.uint8)
-            self._t = K.merge_csr(tptr, tdocs, ttfs, bptr, bdocs, btfs, V, keep)
+            if tdocs.shape[0] == 0:  # an empty tail becomes the batch itself
+                self._t = (bptr, bdocs, btfs)
+            else:
+                keep = np.ones(self._n_rows, np.uint8)
+                self._t = K.merge_csr(tptr, tdocs, ttfs, bptr, bdocs, btfs, V, keep)
             self._view = None
         if self._t[1].shape[0] > max(self._a[1].shape[0], 1 << 16):
             self.merge()
@@ -232,9 +235,12 @@ class BM25Index:
         """Fold the tail segment into the base, dropping deleted rows' postings."""
         K = _kernels()
         with self._lock:
-            keep = (self._state[: self._n_rows] == _ALIVE).astype(np.uint8)
             a, t = self._a, self._t
-            self._a = K.merge_csr(*a, *t, len(self._vocab), keep)
+            if a[1].shape[0] == 0 and not (self._state[: self._n_rows] == _DELETED).any():
+                self._a = t  # nothing to merge with or drop: the tail becomes the base
+            else:
+                keep = (self._state[: self._n_rows] == _ALIVE).astype(np.uint8)
+                self._a = K.merge_csr(*a, *t, len(self._vocab), keep)
             self._t = (_EMPTY_PTR, _EMPTY_I32, _EMPTY_I32)
             self._view = None
 
@@ -248,6 +254,7 @@ class BM25Index:
         with self._lock:
             ptr, docs, tfs = self._a
             V = len(self._vocab)
+            ptr = _full_ptr(ptr, V)
             df = np.diff(ptr)
             used = np.flatnonzero(df > 0)
             if used.size != V:
@@ -391,6 +398,7 @@ class BM25Index:
             ptr, docs, tfs = self._a
             n = self._n_rows
             terms = _terms_by_id(self._vocab)
+            ptr = _full_ptr(ptr, len(terms))
             vocab_bytes = "\n".join(terms).encode("utf-8")
             arrays = [("ptr", ptr.astype("<i8")), ("docs", docs.astype("<i4")),
                       ("tfs", tfs.astype("<i4")), ("doclen", self._doclen[:n].astype("<i4")),
@@ -505,6 +513,13 @@ class BM25Index:
         idx._total_len = int(doclen[alive].sum())
         idx._df_stale = True
         return idx
+
+
+def _full_ptr(ptr, vocab_size):
+    """A segment's ptr covers the terms known when it was built; pad to all of them."""
+    if ptr.shape[0] >= vocab_size + 1:
+        return ptr
+    return np.concatenate([ptr, np.full(vocab_size + 1 - ptr.shape[0], ptr[-1], np.int64)])
 
 
 def _terms_by_id(vocab: dict) -> list:
