@@ -18,8 +18,15 @@ Rows are integer row numbers chosen by the caller (a Collection's row ids) or
 assigned 0, 1, 2, ... A row is added once; deleted rows are never scored and
 their numbers are not reused. Postings live in two segments: the base and a
 tail that takes incremental adds (cheap to append to); merge() folds the tail
-into the base (and drops deleted rows' postings), compact() also renumbers.
+into the base (and drops deleted rows' postings); compact() also drops
+unused terms and, with renumber=True, renumbers the live rows 0..len-1.
 The tail is merged automatically once it outgrows the base.
+
+Search is term at a time in numba (GIL released), heaviest query term first,
+with exact early termination: once the weights of the terms still to come
+cannot lift an unseen row past the current k-th score, only the rows that
+can still make the top k are finished (see _bm25_kernels.score_topk). The
+result is the same as scoring every matching row.
 
 Searches may run from several threads at once (the kernels release the GIL);
 a writer (add/delete/merge) must not run concurrently with another writer.
