@@ -78,6 +78,26 @@ def test_scores_match_reference(index):
     check_against(index, all_docs, QUERIES[3], k=1000)  # every matching row
 
 
+def test_early_termination_matches_reference(monkeypatch):
+    # Consider stopping before every term, so the pruned path runs on this small corpus.
+    idx = BM25Index()
+    monkeypatch.setattr(idx, "_prune_min", 1)
+    idx.add(DOCS)
+    all_docs = dict(enumerate(DOCS))
+    rng = np.random.default_rng(1)
+    allowed = set(np.flatnonzero(rng.random(len(DOCS)) < 0.3).tolist())
+    for q in QUERIES:
+        for k in (1, 3, 10):
+            check_against(idx, all_docs, q, k=k)
+        check_against(idx, all_docs, q, k=5, allowed=allowed)
+    # ties: identical documents score identically and come back by row
+    tie = BM25Index()
+    monkeypatch.setattr(tie, "_prune_min", 1)
+    tie.add(["red fish"] * 6 + ["blue fish", "red red red"])
+    rows, scores = tie.search("red fish", k=4)
+    assert rows.tolist() == [0, 1, 2, 3] and len(set(scores.tolist())) == 1
+
+
 def test_no_match_returns_nothing(index):
     for q in ["zzzzqq-xxyyq", "", "   ", "qqqxx yyyzz", "...!"]:
         rows, scores = index.search(q, k=10)
@@ -279,9 +299,14 @@ def test_bad_files_raise_corrupt_index_error(tmp_path):
     docs_off = 16 + hl + 8 * nptr
     bad_docs = good[:docs_off] + np.int32(10**6).tobytes() + good[docs_off + 4:]
     cases["row-out-of-range"] = _resign(bad_docs)
-    header["n_rows"] = 10**9
-    hb = json.dumps(header).encode()
-    cases["header-lies"] = _resign(good[:12] + np.uint32(len(hb)).tobytes() + hb + good[16 + hl:])
+    def with_header(h):
+        hb = json.dumps(h).encode()
+        return _resign(good[:12] + np.uint32(len(hb)).tobytes() + hb + good[16 + hl:])
+
+    cases["header-lies"] = with_header({**header, "n_rows": 10**9})
+    cases["header-dtype"] = with_header({**header, "arrays": [["ptr", "<f8", nptr]] + header["arrays"][1:]})
+    cases["header-object"] = with_header({**header, "arrays": [["ptr", "|O", nptr]] + header["arrays"][1:]})
+    cases["header-not-json"] = _resign(good[:16] + b"{" * hl + good[16 + hl:])
     for name, data in cases.items():
         f = tmp_path / f"{name}.bin"
         f.write_bytes(data)

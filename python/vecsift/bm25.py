@@ -18,8 +18,15 @@ Rows are integer row numbers chosen by the caller (a Collection's row ids) or
 assigned 0, 1, 2, ... A row is added once; deleted rows are never scored and
 their numbers are not reused. Postings live in two segments: the base and a
 tail that takes incremental adds (cheap to append to); merge() folds the tail
-into the base (and drops deleted rows' postings), compact() also renumbers.
+into the base (and drops deleted rows' postings); compact() also drops
+unused terms and, with renumber=True, renumbers the live rows 0..len-1.
 The tail is merged automatically once it outgrows the base.
+
+Search is term at a time in numba (GIL released), heaviest query term first,
+with exact early termination: once the weights of the terms still to come
+cannot lift an unseen row past the current k-th score, only the rows that
+can still make the top k are finished (see _bm25_kernels.score_topk). The
+result is the same as scoring every matching row.
 
 Searches may run from several threads at once (the kernels release the GIL);
 a writer (add/delete/merge) must not run concurrently with another writer.
@@ -45,6 +52,9 @@ _END = b"VSBM25END"
 _VERSION = 1
 _EMPTY_PTR = np.zeros(1, np.int64)
 _EMPTY_I32 = np.zeros(0, np.int32)
+
+# Arrays of a saved file, in order, with their on-disk dtypes.
+_DTYPES = {"ptr": "<i8", "docs": "<i4", "tfs": "<i4", "doclen": "<i4", "state": "|u1"}
 
 # Row states.
 _FREE, _ALIVE, _DELETED = 0, 1, 2
@@ -72,6 +82,10 @@ class BM25Index:
     str -> list of str; None means vecsift.tokenize.Tokenizer() (identifiers
     kept whole plus their parts, no stopwords).
     """
+
+    # Early termination is considered only before posting lists this long
+    # (tests lower it to exercise that path on small data).
+    _prune_min = 1024
 
     def __init__(self, k1: float = 1.2, b: float = 0.75, tokenizer=None):
         k1, b = float(k1), float(b)
@@ -154,6 +168,11 @@ class BM25Index:
                 raise ValueError(f"row {int(bad)} was already added to this index")
         if n == 0:
             return rows
+        out_rows = rows
+        if n > 1 and (np.diff(rows) < 0).any():  # postings keep rows ascending per term
+            order = np.argsort(rows, kind="stable")
+            texts = [texts[i] for i in order]
+            rows = rows[order]
         # Tokens -> term ids; new terms get the next id.
         vocab = self._vocab
         setdefault = vocab.setdefault
@@ -182,12 +201,15 @@ class BM25Index:
                 df += np.diff(bptr)
                 self._df = df
             tptr, tdocs, ttfs = self._t
-            keep = np.ones(self._n_rows, np.uint8)
-            self._t = K.merge_csr(tptr, tdocs, ttfs, bptr, bdocs, btfs, V, keep)
+            if tdocs.shape[0] == 0:  # an empty tail becomes the batch itself
+                self._t = (bptr, bdocs, btfs)
+            else:
+                keep = np.ones(self._n_rows, np.uint8)
+                self._t = K.merge_csr(tptr, tdocs, ttfs, bptr, bdocs, btfs, V, keep)
             self._view = None
         if self._t[1].shape[0] > max(self._a[1].shape[0], 1 << 16):
             self.merge()
-        return rows
+        return out_rows
 
     def _grow(self, n_rows):
         if n_rows <= self._n_rows:
@@ -220,9 +242,12 @@ class BM25Index:
         """Fold the tail segment into the base, dropping deleted rows' postings."""
         K = _kernels()
         with self._lock:
-            keep = (self._state[: self._n_rows] == _ALIVE).astype(np.uint8)
             a, t = self._a, self._t
-            self._a = K.merge_csr(*a, *t, len(self._vocab), keep)
+            if a[1].shape[0] == 0 and not (self._state[: self._n_rows] == _DELETED).any():
+                self._a = t  # nothing to merge with or drop: the tail becomes the base
+            else:
+                keep = (self._state[: self._n_rows] == _ALIVE).astype(np.uint8)
+                self._a = K.merge_csr(*a, *t, len(self._vocab), keep)
             self._t = (_EMPTY_PTR, _EMPTY_I32, _EMPTY_I32)
             self._view = None
 
@@ -236,6 +261,7 @@ class BM25Index:
         with self._lock:
             ptr, docs, tfs = self._a
             V = len(self._vocab)
+            ptr = _full_ptr(ptr, V)
             df = np.diff(ptr)
             used = np.flatnonzero(df > 0)
             if used.size != V:
@@ -294,8 +320,9 @@ class BM25Index:
         tids = np.fromiter(counts.keys(), np.int64, len(counts))
         qtf = np.fromiter(counts.values(), np.float64, len(counts))
         df = v.df[tids].astype(np.float64)
-        idf = np.log1p((v.n_live - df + 0.5) / (df + 0.5))
-        return tids, idf * qtf
+        w = np.log1p((v.n_live - df + 0.5) / (df + 0.5)) * qtf
+        order = np.argsort(-w, kind="stable")  # heaviest first, for early termination
+        return tids[order], w[order]
 
     def _keep(self, allow, v: _View):
         if allow is None:
@@ -321,7 +348,8 @@ class BM25Index:
         if tids.size == 0 or v.n_rows == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
         acc, touched = self._scratch(v.n_rows)
-        return _kernels().score_topk(*v.a, *v.t, tids, w, v.norm, keep, k, acc, touched)
+        return _kernels().score_topk(*v.a, *v.t, tids, w, v.norm, keep, k, acc, touched,
+                                     self._prune_min)
 
     def search(self, query: str, k: int = 10, allow=None):
         """Top-k rows for one query: (rows int64, scores float32), best first,
@@ -377,6 +405,7 @@ class BM25Index:
             ptr, docs, tfs = self._a
             n = self._n_rows
             terms = _terms_by_id(self._vocab)
+            ptr = _full_ptr(ptr, len(terms))
             vocab_bytes = "\n".join(terms).encode("utf-8")
             arrays = [("ptr", ptr.astype("<i8")), ("docs", docs.astype("<i4")),
                       ("tfs", tfs.astype("<i4")), ("doclen", self._doclen[:n].astype("<i4")),
@@ -427,12 +456,17 @@ class BM25Index:
             header = json.loads(data[off: off + hlen].decode("utf-8"))
             off += hlen
             arrs = {}
+            if [a[0] for a in header["arrays"]] != list(_DTYPES):
+                raise bad("unexpected array list")
             for aname, dt, count in header["arrays"]:
+                if dt != _DTYPES[aname]:
+                    raise bad(f"array {aname} has dtype {dt}, expected {_DTYPES[aname]}")
                 dt = np.dtype(dt)
+                count = int(count)
                 nbytes = dt.itemsize * int(count)
                 if count < 0 or off + nbytes > len(data) - tail:
                     raise bad(f"array {aname} runs past the end")
-                arrs[aname] = np.frombuffer(data, dt, int(count), off).copy()
+                arrs[aname] = np.frombuffer(data, dt, count, off).copy()
                 off += nbytes
             vb = int(header["vocab_bytes"])
             if off + vb != len(data) - tail:
@@ -462,6 +496,14 @@ class BM25Index:
             raise bad("unknown row state")
         if doclen.size and doclen.min() < 0:
             raise bad("negative document length")
+        # Rows ascend within each term (search binary-searches them).
+        if docs.size > 1:
+            step = np.diff(docs.astype(np.int64))
+            inner = np.ones(docs.shape[0] - 1, bool)
+            bounds = ptr[1:-1]
+            inner[bounds[(bounds > 0) & (bounds < docs.shape[0])] - 1] = False
+            if (step[inner] <= 0).any():
+                raise bad("posting rows not ascending")
         alive = state == _ALIVE
         lens = np.bincount(docs, weights=tfs, minlength=n) if n else np.zeros(0)
         if (lens[alive] != doclen[alive]).any() or (lens[state == _FREE] != 0).any():
@@ -478,6 +520,13 @@ class BM25Index:
         idx._total_len = int(doclen[alive].sum())
         idx._df_stale = True
         return idx
+
+
+def _full_ptr(ptr, vocab_size):
+    """A segment's ptr covers the terms known when it was built; pad to all of them."""
+    if ptr.shape[0] >= vocab_size + 1:
+        return ptr
+    return np.concatenate([ptr, np.full(vocab_size + 1 - ptr.shape[0], ptr[-1], np.int64)])
 
 
 def _terms_by_id(vocab: dict) -> list:

@@ -48,8 +48,9 @@ when where which who whom why will with would you your
 
 
 def _clean(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text)
-    text = _ZERO_WIDTH.sub("", text)
+    if not text.isascii():  # ASCII is already NFKC and has no zero-width characters
+        text = unicodedata.normalize("NFKC", text)
+        text = _ZERO_WIDTH.sub("", text)
     return _CONTROL.sub(" ", text)
 
 
@@ -93,9 +94,8 @@ class Tokenizer:
             raw = _TOKEN.findall(_clean(text))
             tokens = [t.lower() for t in raw]
             for t, low in zip(raw, tokens):
-                # plain words (one case, or Capitalised) have no parts
-                if t.isalnum() and (t.islower() or t.isupper() or t.istitle() or t.isdigit()):
-                    continue
+                if t.isalnum() and (t == low or t.istitle() or t.isupper()):
+                    continue  # a plain word: lowercase, Capitalised or UPPER
                 ps = _parts(t)
                 if len(ps) > 1 or (ps and ps[0].lower() != low):
                     tokens += [p.lower() for p in ps]
