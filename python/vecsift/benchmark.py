@@ -18,6 +18,7 @@ import numpy as np
 from . import _core
 from .binary import BinaryIndex
 from .datasets import glove_50, split_queries
+from .dense import rescore
 from .flat import exact_search
 from .progress import progress_bar
 from .reference_libs import make_adapter
@@ -105,27 +106,13 @@ def _qps_batch(search_all, queries, reps=3):
     return len(queries) / float(np.median(times))
 
 
-def bq_rescore_search(index: BinaryIndex, base, queries, k, oversample, metric, threads=0, chunk=64):
-    """Hamming top k*oversample, then exact float32 rescoring of those candidates."""
+def bq_rescore_search(index: BinaryIndex, base, queries, k, oversample, metric, threads=0):
+    """Hamming top k*oversample, then exact float32 rescoring of those candidates.
+
+    For "cosine", base and queries must already be unit length (run_bench normalises them).
+    """
     cand, _ = index.search(queries, k * oversample, threads=threads)
-    out = np.full((len(queries), k), -1, np.int64)
-    for s in range(0, len(queries), chunk):
-        c = cand[s:s + chunk]
-        valid = c >= 0
-        vecs = base[np.where(valid, c, 0)]  # (q, C, d)
-        q = queries[s:s + chunk]
-        if metric == "l2":
-            scores = -((vecs - q[:, None, :]) ** 2).sum(-1)
-        else:
-            scores = np.einsum("qcd,qd->qc", vecs, q)
-            if metric == "cosine":
-                norms = np.linalg.norm(vecs, axis=-1) * np.linalg.norm(q, axis=1)[:, None]
-                scores = scores / np.maximum(norms, 1e-30)
-        scores = np.where(valid, scores, -np.inf)
-        top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-        picked = np.take_along_axis(c, top, 1)
-        out[s:s + chunk, : picked.shape[1]] = np.where(np.take_along_axis(valid, top, 1), picked, -1)
-    return out
+    return rescore(base, queries, cand, k, metric)[0]
 
 
 class _VecsiftHNSW:
@@ -195,6 +182,9 @@ def run_bench(dataset="glove-50", n_queries=1000, k=10, indexes=("hnsw", "bq"), 
     base, queries, name = load_dataset(dataset, n_queries)
     if max_rows:
         base = base[:max_rows]
+    if metric == "cosine":  # unit rows once, so rescoring is an inner product
+        base = base / np.maximum(np.linalg.norm(base, axis=1, keepdims=True), 1e-30)
+        queries = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-30)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     gt = ground_truth(base, queries, k, metric, out, name)
