@@ -30,7 +30,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -85,6 +85,9 @@ class Hit:
     @property
     def doc_type(self):
         return self.provenance.get("doc_type")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 class _RWLock:
@@ -500,6 +503,61 @@ class Collection:
         snap = self._snap
         return snap.table["id"].take(pa.array(rows_of(snap.live))).to_pylist() if snap.n else []
 
+    def set_search_defaults(self, ef=None, oversample=None) -> None:
+        """Stores the default ef (hnsw) / oversample (bq) searches use; durable at the next commit."""
+        self._writable()
+        with self._wlock:
+            d = dict(self._manifest.get("search_defaults") or {})
+            for name, v in (("ef", ef), ("oversample", oversample)):
+                if v is not None:
+                    if isinstance(v, bool) or int(v) != v or v < 1:
+                        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+                    d[name] = int(v)
+            self._manifest = dict(self._manifest, search_defaults=d)
+            self._dirty = True
+
+    def info(self) -> dict:
+        """What `vecsift info` prints: rows, deletes, model, index, bytes on disk and in RAM."""
+        m, snap = self._manifest, self._snap
+        disk = 0
+        for name in self._files(m) | {"MANIFEST"}:
+            try:
+                disk += os.path.getsize(os.path.join(self._path, name))
+            except FileNotFoundError:
+                pass
+        dense = snap.dense
+        ram = getattr(getattr(dense, "index", None), "nbytes", 0)
+        return {"path": self._path, "rows": len(snap.live), "deleted": snap.n - len(snap.live),
+                "generation": m["generation"], "model": m["model"], "pipeline_version": m["pipeline_version"],
+                "dim": m["dim"], "metric": m["metric"], "index": m["index"], "index_params": m["index_params"],
+                "search_defaults": m.get("search_defaults") or {}, "filter_fields": m["filter_fields"],
+                "has_tenants": snap.filters.has_tenants, "has_acl": snap.filters.has_acl,
+                "bytes_on_disk": disk, "bytes_in_ram": int(ram), "float32_bytes_on_disk": snap.n * m["dim"] * 4}
+
+    # used by `vecsift tune`: the real search path and exact ground truth over all live rows
+    def _sample_rows(self, n: int, seed: int = 0):
+        snap = self._snap
+        live = rows_of(snap.live)
+        rows = np.sort(np.random.default_rng(seed).choice(live, size=min(n, len(live)), replace=False))
+        return rows, np.asarray(snap.vectors[rows], dtype=np.float32)
+
+    def _exact_all(self, queries, k: int):
+        from .flat import exact_search
+
+        snap = self._snap
+        q = as_vectors(queries, "queries", dim=self.dim)
+        if snap.n == 0:
+            return np.full((len(q), k), -1, np.int64), np.full((len(q), k), -np.inf, np.float32)
+        metric = "ip" if self.metric == "cosine" else self.metric  # rows are stored unit length
+        if self.metric == "cosine":
+            q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30).astype(np.float32)
+        return exact_search(snap.vectors, q, k, metric, allow=None if snap.full else snap.live)
+
+    def _search_all(self, queries, k: int, ef=None, oversample=None):
+        snap = self._snap
+        q = as_vectors(queries, "queries", dim=self.dim)
+        return self._dense_rows(snap, q, check_k(k), snap.live, ef, oversample, 0)
+
     def verify(self) -> None:
         """Reads every committed float32 row and checks it against the manifest's checksum."""
         v = self._manifest["vectors"]
@@ -796,6 +854,11 @@ class Collection:
         nq = len(q)
         if n_allowed == 0 or nq == 0:
             return np.full((nq, k), -1, np.int64), np.full((nq, k), -np.inf, np.float32)
+        defaults = self._manifest.get("search_defaults") or {}
+        if oversample is None:
+            oversample = defaults.get("oversample")
+        if ef is None:
+            ef = defaults.get("ef")
         over = getattr(snap.dense, "oversample", 1) if oversample is None else int(oversample)
         if snap.dense.kind != "bq":
             over = 1
