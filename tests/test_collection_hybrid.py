@@ -159,3 +159,17 @@ def test_indexed_text_display_text_and_heading_path(tmp_path):
     c.close()
     with vecsift.open(tmp_path / "h") as c:
         assert c.index_heading_path and [h.id for h in c.search(text="marsupials", k=5)] == ["a"]
+
+
+def test_compact_with_rows_without_text(tmp_path):
+    v = np.eye(6, dtype=np.float32)
+    c = vecsift.Collection.create(tmp_path / "m", 6)
+    c.add(list("abcdef"), v, texts=["alpha one", None, "gamma one", None, "epsilon one", "zeta two"])
+    c.commit()
+    c.delete(ids=["a", "d"])
+    c.compact()
+    assert sorted(c.ids()) == list("bcef")
+    assert {h.id for h in c.search(text="one", k=10)} == {"c", "e"}
+    assert [h.id for h in c.search(text="zeta", k=10)] == ["f"]
+    assert c.search(v[5], "zeta", k=1)[0].id == "f"
+    c.close()

@@ -716,8 +716,8 @@ class Collection:
                              {f: as_keys(self._field_column(table, f)) for f in self.filter_fields})
             filters.has_tenants |= self._filters.has_tenants  # once required, always required
             filters.has_acl |= self._filters.has_acl
-            sparse = BM25Sparse.create(m.get("sparse_params", {}))
-            sparse.add_rows(0, indexed_texts(table, self.index_heading_path))
+            sparse = self._sparse.compacted(self._path, gen, len(keep),
+                                            lambda: indexed_texts(table, self.index_heading_path))
             m["sparse"] = sparse.prepare_commit(self._path, gen)
             m["vectors"] = {"file": os.path.basename(vec.path), "rows": len(keep), "crc": vec.crc}
             m["rows"] = len(keep)

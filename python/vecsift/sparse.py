@@ -83,6 +83,28 @@ class BM25Sparse:
         self.changed = False
         return self.entry
 
+    def compacted(self, directory, gen: int, n_live: int, texts_of_live) -> "BM25Sparse":
+        """A new index over the live rows renumbered 0..n_live-1, for compact().
+
+        When every live row has a text, BM25's own renumbering equals the
+        collection's (both keep live rows in order), so the postings are reused:
+        save, load a private copy, compact it (old snapshots keep searching the
+        old object). Otherwise the texts are indexed again.
+        """
+        from .bm25 import BM25Index
+
+        if len(self.index) == n_live:
+            path = os.path.join(directory, f"bm25-{gen}.bin")
+            self.index.save(path)
+            copy = BM25Index.load(path)
+            copy.compact(renumber=True)
+            out = BM25Sparse(copy)
+        else:
+            out = BM25Sparse(BM25Index(k1=self.index.k1, b=self.index.b, tokenizer=self.index.tokenizer))
+            out.add_rows(0, texts_of_live())
+        out.changed = True
+        return out
+
     def search(self, text: str, k: int, allow):
         rows, scores = self.index.search(text, k=k, allow=allow)
         return np.asarray(rows, np.int64), np.asarray(scores, np.float32)
