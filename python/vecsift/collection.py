@@ -8,6 +8,12 @@ Files of a collection directory (all named by the MANIFEST, see storage.py):
     seg-G.arrow      Arrow IPC file of the chunks added by commit G (ids, texts,
                      tenant, acl, provenance, metadata), memory-mapped
     filters-G.bin    roaring bitmaps (tenants, groups, filter fields, deleted)
+    bm25-G.bin       BM25 postings of the indexed texts (sparse.py), rewritten at
+                     each commit that changed them
+
+Search is a cascade: the allow set (filters.py) is computed first, then the
+dense stage (dense.py: Hamming + float32 rescoring, or HNSW) and/or BM25 run
+only over allowed rows, and hybrid mode fuses the two candidate lists with RRF.
 
 Consistency model. A search runs on a snapshot: the rows of the last commit,
 minus every row deleted so far (a delete() hides rows at once, and is made
