@@ -302,3 +302,26 @@ def test_large_add_is_columnar(tmp_path):
     hits = c.search(x[1], k=3, tenant="t1", groups=["g"], where={"kind": 1})
     assert hits and all(h.tenant == "t1" and h.metadata["kind"] == 1 for h in hits)
     c.close()
+
+
+def test_info_search_defaults_and_tuning_hooks(tmp_path):
+    c, x = make(tmp_path, n=3000, dim=32)
+    c.delete(ids=["id1"])
+    c.set_search_defaults(oversample=2)
+    c.commit()
+    info = c.info()
+    assert info["rows"] == 2999 and info["deleted"] == 1 and info["search_defaults"] == {"oversample": 2}
+    assert info["bytes_on_disk"] > info["float32_bytes_on_disk"] == 3000 * 32 * 4
+    q = clustered(5, 32, seed=1)
+    assert (c.search_rows(q, k=10)[0] == c.search_rows(q, k=10, oversample=2)[0]).all()
+    rows, scores = c._exact_all(q, 10)
+    ref, ref_s = exact_ref(x, q, 10, "cosine", allowed=[i for i in range(3000) if i != 1])
+    np.testing.assert_allclose(scores, ref_s, atol=1e-4)
+    own, sample = c._sample_rows(7, seed=3)
+    assert 1 not in own and np.allclose(sample, unit(x[own]), atol=1e-6)
+    with pytest.raises(ValueError):
+        c.set_search_defaults(ef=0)
+    c.close()
+    with vecsift.open(tmp_path / "c", readonly=True) as r:
+        assert r.info()["search_defaults"] == {"oversample": 2}
+        assert r.search(x[5], k=1)[0].to_dict()["id"] == "id5"

@@ -21,7 +21,7 @@ def test_searches_during_writes_see_only_committed_live_rows(tmp_path):
         try:
             for j in range(rounds):
                 ids = [f"b{j}-{i}" for i in range(batch)]
-                c.add(ids, base[j * batch:(j + 1) * batch])
+                c.add(ids, base[j * batch:(j + 1) * batch], texts=[f"batch{j} row{i}" for i in range(batch)])
                 with lock:
                     started.update(ids)
                 c.commit()
@@ -43,8 +43,12 @@ def test_searches_during_writes_see_only_committed_live_rows(tmp_path):
             while not done.is_set():
                 with lock:
                     forbidden = set(deleted)
-                q = base[rng.integers(0, len(base), 4)]
-                result = c.search_batch(q, k=int(rng.integers(1, 40)), oversample=int(rng.integers(1, 9)))
+                pick = rng.integers(0, len(base), 4)
+                q = base[pick]
+                texts = [f"batch{p // batch} row{p % batch}" for p in pick]
+                mode = ["dense", "sparse", "hybrid"][int(rng.integers(0, 3))]
+                result = c.search_batch(q, texts, k=int(rng.integers(1, 40)), oversample=int(rng.integers(1, 9)),
+                                        mode=mode)
                 with lock:
                     committing = set(started)
                 for hits in result:

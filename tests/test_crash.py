@@ -29,12 +29,14 @@ CHILD = textwrap.dedent(f"""
     def vecs(j):
         return np.random.default_rng(j).standard_normal((M, DIM)).astype(np.float32)
 
+    from vecsift.bm25 import BM25Index
+    BM25Index().add(["warm up the numba kernels"])  # compile/load them before the kills start
     c = vecsift.open(sys.argv[1])
     ids = c.ids()
     j = 1 + max([int(i[1:].split("-")[0]) for i in ids], default=-1)
     print("ready", flush=True)
     while True:
-        c.add([f"b{{j}}-{{i}}" for i in range(M)], vecs(j), texts=[f"batch {{j}}"] * M)
+        c.add([f"b{{j}}-{{i}}" for i in range(M)], vecs(j), texts=[f"batch {{j}} row {{i}}" for i in range(M)])
         if j >= 1:
             c.add([f"b{{j - 1}}-0"], -vecs(j - 1)[:1], texts=["replaced"])
         if j >= 2:
@@ -71,6 +73,9 @@ def check(path, reported):
         if n >= 1:
             hit = c.search(vecs(n - 1)[5], k=1)[0]
             assert hit.id == f"b{n - 1}-5" and abs(hit.score - 1) < 1e-5
+            # BM25 holds the same chunks as the vectors: the newest batch is found by its words
+            found = {h.id for h in c.search(text=f"batch {n - 1} row 7", k=M)}
+            assert f"b{n - 1}-7" in found and found <= got
         return n
     finally:
         c.close()

@@ -8,6 +8,12 @@ Files of a collection directory (all named by the MANIFEST, see storage.py):
     seg-G.arrow      Arrow IPC file of the chunks added by commit G (ids, texts,
                      tenant, acl, provenance, metadata), memory-mapped
     filters-G.bin    roaring bitmaps (tenants, groups, filter fields, deleted)
+    bm25-G.bin       BM25 postings of the indexed texts (sparse.py), rewritten at
+                     each commit that changed them
+
+Search is a cascade: the allow set (filters.py) is computed first, then the
+dense stage (dense.py: Hamming + float32 rescoring, or HNSW) and/or BM25 run
+only over allowed rows, and hybrid mode fuses the two candidate lists with RRF.
 
 Consistency model. A search runs on a snapshot: the rows of the last commit,
 minus every row deleted so far (a delete() hides rows at once, and is made
@@ -30,7 +36,7 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +45,7 @@ from pyroaring import BitMap
 
 from ._arrays import as_vectors, check_k, check_threads
 from .dense import KINDS, exact_rows
+from .sparse import BM25Sparse, indexed_texts
 from .errors import CorruptIndexError, VecsiftError
 from .filters import Filters, as_keys, bitmap_of, rows_of
 from .flat import check_metric
@@ -51,6 +58,7 @@ SEGMENT_META = {b"vecsift_kind": b"segment", b"vecsift_format": str(FORMAT_VERSI
 # Allow sets this small are scored exactly (all rows), whatever the index.
 EXACT_BELOW = 2048
 _PATTERNS = ("vectors-*.f32", "codes-*.bin", "hnsw-*.idx", "seg-*.arrow", "filters-*.bin", "bm25-*.bin", "*.tmp")
+MODES = ("dense", "sparse", "hybrid")
 
 
 @dataclass
@@ -83,6 +91,9 @@ class Hit:
     @property
     def doc_type(self):
         return self.provenance.get("doc_type")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 class _RWLock:
@@ -129,10 +140,27 @@ class _Snapshot:
     n: int  # committed rows (deleted included)
     vectors: np.ndarray  # memmap of the n rows
     dense: object
+    sparse: object
     filters: Filters
     live: BitMap  # [0, n) minus deleted
     full: bool  # nothing deleted: live is all of [0, n)
     table: pa.Table  # chunk columns of the n rows
+
+
+_POOL = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool():
+    """Helper threads for the sparse half of hybrid searches (created on first use)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _POOL = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)),
+                                       thread_name_prefix="vecsift-sparse")
+    return _POOL
 
 
 def _read_segment(path, entry) -> pa.Table:
@@ -178,8 +206,14 @@ class Collection:
     # ------------------------------------------------------------------ lifecycle
     @classmethod
     def create(cls, path, dim: int, metric: str = "cosine", index: str = "bq", model: str | None = None,
-               pipeline_version: str | None = None, filter_fields=(), **index_params) -> "Collection":
-        """Creates an empty collection in directory `path` (new or empty) and opens it for writing."""
+               pipeline_version: str | None = None, filter_fields=(), index_heading_path: bool = False,
+               bm25_k1: float = 1.2, bm25_b: float = 0.75, **index_params) -> "Collection":
+        """Creates an empty collection in directory `path` (new or empty) and opens it for writing.
+
+        filter_fields: metadata/provenance fields usable in search(where=...).
+        index_heading_path: BM25 indexes "heading path\n" + text; embed the same
+        string upstream (Collection.text_for_embedding builds it).
+        """
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
         check_metric(metric)
@@ -198,10 +232,14 @@ class Collection:
             vec = RowFile.create(os.path.join(path, "vectors-0.f32"), "vectors", "float32", dim)
             dense = KINDS[index].create(path, 0, int(dim), metric, params)
             filters = Filters(filter_fields)
+            sparse = BM25Sparse.create({"k1": float(bm25_k1), "b": float(bm25_b)})
             manifest = {
                 "format": FORMAT_VERSION, "generation": 0, "dim": int(dim), "metric": metric, "index": index,
                 "index_params": params, "model": model, "pipeline_version": pipeline_version,
                 "filter_fields": filter_fields, "created": time.time(), "rows": 0,
+                "index_heading_path": bool(index_heading_path),
+                "sparse_params": {"k1": float(bm25_k1), "b": float(bm25_b)},
+                "sparse": sparse.prepare_commit(path, 0),
                 "vectors": {"file": os.path.basename(vec.path), "rows": 0, "crc": 0},
                 "dense": dense.prepare_commit(path, 0, vec.view(0)), "segments": [],
                 "filters": {"file": "filters-0.bin",
@@ -213,7 +251,7 @@ class Collection:
             lock.release()
             raise
         self = cls.__new__(cls)
-        self._init(path, manifest, vec, dense, filters, [], lock)
+        self._init(path, manifest, vec, dense, sparse, filters, [], lock)
         return self
 
     @classmethod
@@ -252,6 +290,7 @@ class Collection:
         try:
             dense = KINDS[manifest["index"]].load(path, manifest["dense"], manifest["dim"], manifest["metric"],
                                                   manifest["index_params"], writable)
+            sparse = BM25Sparse.load(path, manifest.get("sparse"), manifest.get("sparse_params", {}))
             f = manifest["filters"]
             fpath = os.path.join(path, f["file"])
             filters = Filters.from_bytes(read_blob(fpath, "filters", f["crc"]), fpath)
@@ -261,12 +300,12 @@ class Collection:
             raise
         if sum(t.num_rows for t in tables) != manifest["rows"] or dense.size != manifest["rows"]:
             raise CorruptIndexError(f"{os.path.join(path, 'MANIFEST')}: files hold a different number of rows")
-        return vec, dense, filters, tables
+        return vec, dense, sparse, filters, tables
 
-    def _init(self, path, manifest, vec, dense, filters, tables, lock):
+    def _init(self, path, manifest, vec, dense, sparse, filters, tables, lock):
         self._path = path
         self._manifest = manifest
-        self._vec, self._dense, self._filters = vec, dense, filters
+        self._vec, self._dense, self._sparse, self._filters = vec, dense, sparse, filters
         self._tables = tables
         self._table = _concat(tables)
         self._schema = self._table.schema
@@ -293,7 +332,7 @@ class Collection:
             if m["generation"] == self._manifest["generation"]:
                 return False
             try:
-                vec, dense, filters, tables = self._load(self._path, m, writable=False)
+                vec, dense, sparse, filters, tables = self._load(self._path, m, writable=False)
                 break
             except CorruptIndexError:
                 if attempt == 4 or read_manifest(self._path)["generation"] == m["generation"]:
@@ -301,6 +340,7 @@ class Collection:
         old_vec, old_dense = self._vec, self._dense
         dense.lock = self._rw
         self._manifest, self._vec, self._dense, self._filters, self._tables = m, vec, dense, filters, tables
+        self._sparse = sparse
         self._table = _concat(tables)
         self._schema = self._table.schema
         self._publish()
@@ -313,7 +353,8 @@ class Collection:
         n = self._manifest["rows"]
         deleted = self._filters.deleted
         live = BitMap(range(n)) - deleted
-        self._snap = _Snapshot(n, self._vec.view(n), self._dense, self._filters, live, len(live) == n, self._table)
+        self._snap = _Snapshot(n, self._vec.view(n), self._dense, self._sparse, self._filters, live, len(live) == n,
+                               self._table)
 
     @property
     def readonly(self) -> bool:
@@ -345,8 +386,11 @@ class Collection:
                 crc = _write_segment(os.path.join(self._path, name), seg)
                 m["segments"] = m["segments"] + [{"file": name, "rows": seg.num_rows, "crc": crc}]
                 new_tables.append(_read_segment(os.path.join(self._path, name), m["segments"][-1]))
+                self._sparse.add_rows(self._manifest["rows"], indexed_texts(seg, self.index_heading_path))
             if self._replaced:
                 self._filters.delete(self._replaced)
+                self._sparse.delete(rows_of(self._replaced))
+            m["sparse"] = self._sparse.prepare_commit(self._path, gen)
             name = f"filters-{gen}.bin"
             m["filters"] = {"file": name, "crc": write_blob(os.path.join(self._path, name), "filters",
                                                            self._filters.to_bytes())}
@@ -365,6 +409,8 @@ class Collection:
 
     def _files(self, m) -> set:
         names = {m["vectors"]["file"], m["filters"]["file"]} | {s["file"] for s in m["segments"]}
+        if m.get("sparse"):
+            names.add(m["sparse"]["file"])
         return names | set(self._dense.files(m["dense"])) if m.get("dense") else names
 
     def _remove_files(self, old, new) -> None:
@@ -393,8 +439,8 @@ class Collection:
         finally:
             self._closed = True
             # drop the snapshot so the float32 mapping goes once no search holds it
-            self._snap = _Snapshot(0, np.empty((0, self.dim), np.float32), self._dense, Filters(), BitMap(), True,
-                                   _concat([]))
+            self._snap = _Snapshot(0, np.empty((0, self.dim), np.float32), self._dense, self._sparse, Filters(),
+                                   BitMap(), True, _concat([]))
             self._table = self._tables = None
             self._vec.close()
             self._dense.close()
@@ -437,6 +483,20 @@ class Collection:
         return self._manifest["pipeline_version"]
 
     @property
+    def index_heading_path(self) -> bool:
+        return bool(self._manifest.get("index_heading_path", False))
+
+    def text_for_embedding(self, texts, heading_path=None) -> list:
+        """The strings to embed so the vectors match what BM25 indexes (heading path + text
+        when the collection was created with index_heading_path=True)."""
+        from .ingest import build_batch, check_ids
+
+        texts = list(texts)
+        batch = build_batch(check_ids([str(i) for i in range(len(texts))]), len(texts), texts=texts,
+                            provenance={"heading_path": heading_path})
+        return indexed_texts(batch, self.index_heading_path).to_pylist()
+
+    @property
     def filter_fields(self) -> list:
         return list(self._manifest["filter_fields"])
 
@@ -448,6 +508,61 @@ class Collection:
         """Ids of the searchable chunks, in row order."""
         snap = self._snap
         return snap.table["id"].take(pa.array(rows_of(snap.live))).to_pylist() if snap.n else []
+
+    def set_search_defaults(self, ef=None, oversample=None) -> None:
+        """Stores the default ef (hnsw) / oversample (bq) searches use; durable at the next commit."""
+        self._writable()
+        with self._wlock:
+            d = dict(self._manifest.get("search_defaults") or {})
+            for name, v in (("ef", ef), ("oversample", oversample)):
+                if v is not None:
+                    if isinstance(v, bool) or int(v) != v or v < 1:
+                        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+                    d[name] = int(v)
+            self._manifest = dict(self._manifest, search_defaults=d)
+            self._dirty = True
+
+    def info(self) -> dict:
+        """What `vecsift info` prints: rows, deletes, model, index, bytes on disk and in RAM."""
+        m, snap = self._manifest, self._snap
+        disk = 0
+        for name in self._files(m) | {"MANIFEST"}:
+            try:
+                disk += os.path.getsize(os.path.join(self._path, name))
+            except FileNotFoundError:
+                pass
+        dense = snap.dense
+        ram = getattr(getattr(dense, "index", None), "nbytes", 0)
+        return {"path": self._path, "rows": len(snap.live), "deleted": snap.n - len(snap.live),
+                "generation": m["generation"], "model": m["model"], "pipeline_version": m["pipeline_version"],
+                "dim": m["dim"], "metric": m["metric"], "index": m["index"], "index_params": m["index_params"],
+                "search_defaults": m.get("search_defaults") or {}, "filter_fields": m["filter_fields"],
+                "has_tenants": snap.filters.has_tenants, "has_acl": snap.filters.has_acl,
+                "bytes_on_disk": disk, "bytes_in_ram": int(ram), "float32_bytes_on_disk": snap.n * m["dim"] * 4}
+
+    # used by `vecsift tune`: the real search path and exact ground truth over all live rows
+    def _sample_rows(self, n: int, seed: int = 0):
+        snap = self._snap
+        live = rows_of(snap.live)
+        rows = np.sort(np.random.default_rng(seed).choice(live, size=min(n, len(live)), replace=False))
+        return rows, np.asarray(snap.vectors[rows], dtype=np.float32)
+
+    def _exact_all(self, queries, k: int):
+        from .flat import exact_search
+
+        snap = self._snap
+        q = as_vectors(queries, "queries", dim=self.dim)
+        if snap.n == 0:
+            return np.full((len(q), k), -1, np.int64), np.full((len(q), k), -np.inf, np.float32)
+        metric = "ip" if self.metric == "cosine" else self.metric  # rows are stored unit length
+        if self.metric == "cosine":
+            q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30).astype(np.float32)
+        return exact_search(snap.vectors, q, k, metric, allow=None if snap.full else snap.live)
+
+    def _search_all(self, queries, k: int, ef=None, oversample=None):
+        snap = self._snap
+        q = as_vectors(queries, "queries", dim=self.dim)
+        return self._dense_rows(snap, q, check_k(k), snap.live, ef, oversample, 0)
 
     def verify(self) -> None:
         """Reads every committed float32 row and checks it against the manifest's checksum."""
@@ -575,6 +690,7 @@ class Collection:
                 rows |= self._rows_where("doc_id", pa.array(list(doc_ids), type=pa.string()))
             if rows:
                 self._filters.delete(rows)
+                self._sparse.delete(rows_of(rows))
                 self._dirty = True
                 self._publish()
             return len(rows)
@@ -606,6 +722,9 @@ class Collection:
                              {f: as_keys(self._field_column(table, f)) for f in self.filter_fields})
             filters.has_tenants |= self._filters.has_tenants  # once required, always required
             filters.has_acl |= self._filters.has_acl
+            sparse = self._sparse.compacted(self._path, gen, len(keep),
+                                            lambda: indexed_texts(table, self.index_heading_path))
+            m["sparse"] = sparse.prepare_commit(self._path, gen)
             m["vectors"] = {"file": os.path.basename(vec.path), "rows": len(keep), "crc": vec.crc}
             m["rows"] = len(keep)
             m["dense"] = dense.prepare_commit(self._path, gen, vec.view(len(keep)))
@@ -621,6 +740,7 @@ class Collection:
             dense.publish()
             old_manifest, old_vec, old_dense = self._manifest, self._vec, self._dense
             self._manifest, self._vec, self._dense, self._filters = m, vec, dense, filters
+            self._sparse = sparse
             self._tables = [_read_segment(seg_path, m["segments"][0])]
             self._table = _concat(self._tables)
             self._publish()  # running searches keep the old snapshot, files and index
@@ -629,45 +749,122 @@ class Collection:
             self._remove_files(old_manifest, m)
 
     # ------------------------------------------------------------------ searching
-    def search(self, vector=None, k: int = 10, tenant=None, groups=None, where=None, ef=None, oversample=None,
+    def search(self, vector=None, text=None, k: int = 10, tenant=None, groups=None, where=None, *, mode=None,
+               candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
                threads: int = 0) -> list:
-        """Top-k chunks for one query vector, as Hits (best first)."""
-        if vector is None:
-            raise ValueError("search needs vector=...")
-        q = as_vectors(vector, "vector", dim=self.dim)
-        if len(q) != 1:
-            raise ValueError(f"search takes one vector, got {len(q)}; use search_batch")
-        return self.search_batch(q, k, tenant=tenant, groups=groups, where=where, ef=ef, oversample=oversample,
-                                 threads=threads)[0]
+        """Top-k chunks as Hits, best first.
 
-    def search_batch(self, vectors, k: int = 10, tenant=None, groups=None, where=None, ef=None, oversample=None,
+        mode: "dense" (vector), "sparse" (BM25 over text) or "hybrid" (both,
+        `candidates` from each, fused with reciprocal rank fusion rrf_k /
+        weights=(dense, sparse)); omitted: hybrid when both are given, else the
+        one given. tenant / groups / where make the allow set, computed before
+        anything is scored and shared by both retrievers. Hit.score is the
+        cosine / inner product / -squared L2 (dense), the BM25 score (sparse) or
+        the RRF score (hybrid); dense_rank / sparse_rank are 1-based, None where
+        that retriever did not return the chunk.
+        """
+        q = None
+        if vector is not None:
+            q = as_vectors(vector, "vector", dim=self.dim)
+            if len(q) != 1:
+                raise ValueError(f"search takes one vector, got {len(q)}; use search_batch")
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"text must be a string, got {type(text).__name__}")
+        return self._search(self._snap, q, None if text is None else [text], k, tenant, groups, where, mode,
+                            candidates, rrf_k, weights, ef, oversample, threads)[0]
+
+    def search_batch(self, vectors=None, texts=None, k: int = 10, tenant=None, groups=None, where=None, *,
+                     mode=None, candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
                      threads: int = 0) -> list:
-        """Top-k Hits for each row of `vectors` (one list per query); one filter for the whole batch."""
-        snap = self._snap
-        rows, scores = self._search_rows(snap, vectors, k, tenant, groups, where, ef, oversample, threads)
-        return self._hits(snap, rows, scores)
+        """search() for many queries (rows of `vectors` and/or items of `texts`), one filter for all."""
+        q = None if vectors is None else as_vectors(vectors, "vectors", dim=self.dim)
+        if texts is not None:
+            if isinstance(texts, str):
+                raise TypeError("texts must be a sequence of strings, got a single string")
+            texts = list(texts)
+            if q is not None and len(texts) != len(q):
+                raise ValueError(f"{len(q)} vectors but {len(texts)} texts")
+        return self._search(self._snap, q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef,
+                            oversample, threads)
 
     def search_rows(self, vectors, k: int = 10, tenant=None, groups=None, where=None, ef=None, oversample=None,
                     threads: int = 0):
-        """Like search_batch but returns (rows int64, scores float32) arrays, pad -1 (for benchmarks)."""
-        return self._search_rows(self._snap, vectors, k, tenant, groups, where, ef, oversample, threads)
+        """Dense search returning (rows int64, scores float32) arrays, pad -1 (for benchmarks)."""
+        snap = self._snap
+        q = as_vectors(vectors, "vectors", dim=self.dim)
+        allow = self._allow(snap, tenant, groups, where)
+        return self._dense_rows(snap, q, check_k(k), allow, ef, oversample, threads)
 
-    def _search_rows(self, snap, vectors, k, tenant, groups, where, ef, oversample, threads):
+    def _allow(self, snap, tenant, groups, where) -> BitMap:
         if self._closed:
             raise VecsiftError("the collection is closed")
+        return snap.filters.allow(snap.live, tenant, groups, where)  # before anything is scored
+
+    def _search(self, snap, q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
+                threads):
         k = check_k(k)
+        if mode is None:
+            if q is None and texts is None:
+                raise ValueError("search needs vector=... and/or text=...")
+            mode = "hybrid" if q is not None and texts is not None else ("dense" if q is not None else "sparse")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if mode in ("dense", "hybrid") and q is None:
+            raise ValueError(f"mode={mode!r} needs vector=...")
+        if mode in ("sparse", "hybrid") and texts is None:
+            raise ValueError(f"mode={mode!r} needs text=...")
+        if texts is not None and not all(isinstance(t, str) for t in texts):
+            raise TypeError("text queries must be strings")
+        allow = self._allow(snap, tenant, groups, where)
+        if mode == "dense":
+            rows, scores = self._dense_rows(snap, q, k, allow, ef, oversample, threads)
+            ranks = np.broadcast_to(np.arange(1, k + 1), rows.shape)
+            return self._hits(snap, rows, scores, dense_ranks=ranks)
+        nq = len(texts)
+        if mode == "sparse":
+            out = []
+            for t in texts:
+                rows, scores = self._sparse_rows(snap, t, k, allow)
+                out += self._hits(snap, rows[None], scores[None], sparse_ranks=np.arange(1, len(rows) + 1)[None])
+            return out
+        c = check_k(candidates)
+        if c < k:
+            raise ValueError(f"candidates ({c}) must be >= k ({k})")
+        from .fusion import rrf
+
+        # BM25 (numba, GIL released) runs on a helper thread while the dense stage runs here
+        sparse = _pool().submit(lambda: [self._sparse_rows(snap, t, c, allow)[0] for t in texts])
+        drows, _ = self._dense_rows(snap, q, c, allow, ef, oversample, threads)
+        slists = sparse.result()
+        out = []
+        for i in range(nq):
+            srows = slists[i]
+            ids, fused, ranks = rrf([drows[i], srows], k=rrf_k, weights=weights, top_n=k, return_ranks=True)
+            out += self._hits(snap, ids[None], fused[None], dense_ranks=ranks[None, :, 0],
+                              sparse_ranks=ranks[None, :, 1])
+        return out
+
+    def _sparse_rows(self, snap, text, k, allow):
+        if len(allow) == 0:
+            return np.empty(0, np.int64), np.empty(0, np.float32)
+        return snap.sparse.search(text, k, allow)
+
+    def _dense_rows(self, snap, q, k, allow, ef, oversample, threads):
         threads = check_threads(threads)
         if oversample is not None and (isinstance(oversample, bool) or int(oversample) < 1):
             raise ValueError(f"oversample must be an integer >= 1, got {oversample!r}")
-        q = as_vectors(vectors, "vectors", dim=self.dim)
         if self.metric == "cosine":
             norms = np.linalg.norm(q, axis=1, keepdims=True)
             q = q / np.where(norms > 0, norms, 1).astype(np.float32)
-        allow = snap.filters.allow(snap.live, tenant, groups, where)  # before anything is scored
         n_allowed = len(allow)
         nq = len(q)
         if n_allowed == 0 or nq == 0:
             return np.full((nq, k), -1, np.int64), np.full((nq, k), -np.inf, np.float32)
+        defaults = self._manifest.get("search_defaults") or {}
+        if oversample is None:
+            oversample = defaults.get("oversample")
+        if ef is None:
+            ef = defaults.get("ef")
         over = getattr(snap.dense, "oversample", 1) if oversample is None else int(oversample)
         if snap.dense.kind != "bq":
             over = 1
@@ -679,14 +876,20 @@ class Collection:
             return snap.dense.search(snap.vectors, q, k, allow if clip else None, n_allowed, ef=ef,
                                      oversample=oversample, threads=threads)
 
-    def _hits(self, snap, rows, scores, ranks=None) -> list:
+    def _hits(self, snap, rows, scores, dense_ranks=None, sparse_ranks=None) -> list:
+        """Hits per query row; rows -1 are padding, ranks 0 mean 'not returned by that retriever'."""
+        rows = np.asarray(rows)
         valid = rows >= 0
         flat = rows[valid]
         if flat.size == 0:
             return [[] for _ in range(len(rows))]
         recs = snap.table.take(pa.array(flat)).to_pylist()
-        out, i = [], 0
         meta_keys = [c for c in snap.table.column_names if c.startswith(META)]
+
+        def rank(a, qi, j):
+            return None if a is None or int(a[qi, j]) <= 0 else int(a[qi, j])
+
+        out, i = [], 0
         for qi in range(len(rows)):
             hits = []
             for j in np.flatnonzero(valid[qi]):
@@ -695,9 +898,9 @@ class Collection:
                 hits.append(Hit(
                     id=r["id"], score=float(scores[qi, j]), doc_id=r["doc_id"],
                     text=r["display_text"] if r["display_text"] is not None else r["text"],
-                    metadata={k[len(META):]: r[k] for k in meta_keys if r[k] is not None},
+                    metadata={m[len(META):]: r[m] for m in meta_keys if r[m] is not None},
                     provenance={p: r[p] for p in PROVENANCE if r[p] is not None},
-                    tenant=r["tenant"], dense_rank=int(j) + 1,
+                    tenant=r["tenant"], dense_rank=rank(dense_ranks, qi, j), sparse_rank=rank(sparse_ranks, qi, j),
                 ))
             out.append(hits)
         return out

@@ -206,7 +206,7 @@ class HNSWDense:
             raise CorruptIndexError(f"{path}: file named by the manifest is missing")
         if file_crc(path) != entry["crc"]:
             raise CorruptIndexError(f"{path}: checksum does not match the manifest")
-        self = cls(HNSWIndex.load(path))
+        self = cls(HNSWIndex.load(path, mmap=not writable))  # readers page the graph in on demand
         self.entry = dict(entry)
         if params.get("ef_search"):
             self.index.ef_search = int(params["ef_search"])
