@@ -3,7 +3,7 @@ import pytest
 
 import vecsift
 from vecsift.benchmark import bq_rescore_search
-from vecsift.tuning import lower_bound, per_query_recall, self_excluded, tune
+from vecsift.tuning import lower_bound, per_query_recall, tune
 
 
 def clustered(rng, n, d=64, centers=50):
@@ -18,11 +18,6 @@ def test_per_query_recall_hand_computed():
     np.testing.assert_allclose(per_query_recall(found, truth, 4), [0.5, 1.0])
     assert lower_bound(np.array([1.0, 1.0, 1.0])) == 1.0
     assert lower_bound(np.array([0.0, 1.0])) < 0.5
-
-
-def test_self_excluded_drops_the_query_row():
-    ids = np.array([[7, 3, 5], [2, 7, -1]])
-    np.testing.assert_array_equal(self_excluded(ids, np.array([7, 4]), 2), [[3, 5], [2, 7]])
 
 
 def test_tune_finds_smallest_param_on_a_monotone_curve():

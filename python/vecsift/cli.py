@@ -247,6 +247,10 @@ def main(argv=None) -> int:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"vecsift: error: {msg}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. `vecsift search ... | head`
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("vecsift: interrupted", file=sys.stderr)
         return 130

@@ -547,7 +547,8 @@ class Collection:
         rows = np.sort(np.random.default_rng(seed).choice(live, size=min(n, len(live)), replace=False))
         return rows, np.asarray(snap.vectors[rows], dtype=np.float32)
 
-    def _exact_all(self, queries, k: int):
+    def _exact_all(self, queries, k: int, exclude=None):
+        """Exact top-k over all live rows except `exclude` (rows used as held-out queries)."""
         from .flat import exact_search
 
         snap = self._snap
@@ -557,12 +558,20 @@ class Collection:
         metric = "ip" if self.metric == "cosine" else self.metric  # rows are stored unit length
         if self.metric == "cosine":
             q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30).astype(np.float32)
-        return exact_search(snap.vectors, q, k, metric, allow=None if snap.full else snap.live)
+        allow = snap.live - bitmap_of(exclude) if exclude is not None else (None if snap.full else snap.live)
+        return exact_search(snap.vectors, q, k, metric, allow=allow)
 
-    def _search_all(self, queries, k: int, ef=None, oversample=None):
+    def _live_vectors(self):
+        """(live rows, the float32 memmap they index), for rebuilding a held-out index."""
+        snap = self._snap
+        return rows_of(snap.live), snap.vectors
+
+    def _search_all(self, queries, k: int, ef=None, oversample=None, exclude=None):
+        """The collection's dense search over all live rows except `exclude`, ignoring tenants and ACLs."""
         snap = self._snap
         q = as_vectors(queries, "queries", dim=self.dim)
-        return self._dense_rows(snap, q, check_k(k), snap.live, ef, oversample, 0)
+        allow = snap.live - bitmap_of(exclude) if exclude is not None else snap.live
+        return self._dense_rows(snap, q, check_k(k), allow, ef, oversample, 0)
 
     def verify(self) -> None:
         """Reads every committed float32 row and checks it against the manifest's checksum."""

@@ -82,12 +82,3 @@ def tune(search, truth: np.ndarray, k: int, target: float, low: int, high: int) 
             lo = mid
     result.param = hi
     return result
-
-
-def self_excluded(ids: np.ndarray, query_rows: np.ndarray, k: int) -> np.ndarray:
-    """Drops each query's own row from its result list and keeps k (rows used as queries)."""
-    out = np.full((len(ids), k), -1, np.int64)
-    for i, (row, own) in enumerate(zip(ids, query_rows)):
-        kept = row[(row != own) & (row >= 0)][:k]
-        out[i, : len(kept)] = kept
-    return out
