@@ -188,6 +188,9 @@ class HNSWIndex:
         if allow is not None:
             if isinstance(allow, np.ndarray) and allow.dtype == np.bool_:
                 mask = np.ascontiguousarray(allow).view(np.uint8)
+            elif isinstance(allow, np.ndarray) and allow.dtype == np.int64 and allow.ndim == 1 \
+                    and allow.flags.c_contiguous:
+                labels = allow  # fast path: the core refuses negative or unknown labels
             else:
                 labels = _labels_array(allow, "allow")
         return self._g.search(q, k, ef, mask, labels, threads, _filter_mode)

@@ -294,7 +294,8 @@ class HNSWGraph {
         const uint32_t id = id_of(allow.labels[j]);
         if (elig.test(id)) filter_list.push_back(id);
       }
-      std::sort(filter_list.begin(), filter_list.end());  // memory order; duplicates dropped
+      // Memory order, duplicates dropped (labels usually arrive sorted already).
+      if (!std::is_sorted(filter_list.begin(), filter_list.end())) std::sort(filter_list.begin(), filter_list.end());
       filter_list.erase(std::unique(filter_list.begin(), filter_list.end()), filter_list.end());
       elig = Eligible{nullptr, filter_list.size(), filter_list.data()};
       scan = true;
