@@ -378,7 +378,7 @@ class Collection:
             self._vec.sync()
             m["vectors"] = {"file": os.path.basename(self._vec.path), "rows": total, "crc": self._vec.crc}
             m["rows"] = total
-            m["dense"] = self._dense.prepare_commit(self._path, gen, self._vec.view(total))
+            m["dense"] = self._dense.prepare_commit(self._path, gen, self._vec.view(total, sequential=True))
             new_tables = list(self._tables)
             if self._pending:
                 seg = _concat(self._pending)
@@ -550,14 +550,16 @@ class Collection:
     def _exact_all(self, queries, k: int):
         from .flat import exact_search
 
-        snap = self._snap
+        with self._wlock:  # the snapshot and the file it counts rows of, taken together
+            snap = self._snap
+            vectors = self._vec.view(snap.n, sequential=True)  # a full scan: read-ahead helps
         q = as_vectors(queries, "queries", dim=self.dim)
         if snap.n == 0:
             return np.full((len(q), k), -1, np.int64), np.full((len(q), k), -np.inf, np.float32)
         metric = "ip" if self.metric == "cosine" else self.metric  # rows are stored unit length
         if self.metric == "cosine":
             q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30).astype(np.float32)
-        return exact_search(snap.vectors, q, k, metric, allow=None if snap.full else snap.live)
+        return exact_search(vectors, q, k, metric, allow=None if snap.full else snap.live)
 
     def _search_all(self, queries, k: int, ef=None, oversample=None):
         snap = self._snap
@@ -711,8 +713,9 @@ class Collection:
             dense = KINDS[self.index].create(self._path, gen, dim, metric, m["index_params"])
             dense.lock = self._rw
             step = max(1, (64 << 20) // (4 * dim))
+            src = self._vec.view(snap.n, sequential=True)  # one forward pass with read-ahead
             for s in range(0, len(keep), step):
-                rows = np.asarray(snap.vectors[keep[s:s + step]])
+                rows = np.asarray(src[keep[s:s + step]])
                 vec.append(rows)
                 dense.stage(rows)
             vec.sync()
@@ -727,7 +730,7 @@ class Collection:
             m["sparse"] = sparse.prepare_commit(self._path, gen)
             m["vectors"] = {"file": os.path.basename(vec.path), "rows": len(keep), "crc": vec.crc}
             m["rows"] = len(keep)
-            m["dense"] = dense.prepare_commit(self._path, gen, vec.view(len(keep)))
+            m["dense"] = dense.prepare_commit(self._path, gen, vec.view(len(keep), sequential=True))
             seg_name = f"seg-{gen}.arrow"
             seg_path = os.path.join(self._path, seg_name)
             m["segments"] = [{"file": seg_name, "rows": table.num_rows, "crc": _write_segment(seg_path, table)}]
