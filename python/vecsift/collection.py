@@ -378,7 +378,7 @@ class Collection:
             self._vec.sync()
             m["vectors"] = {"file": os.path.basename(self._vec.path), "rows": total, "crc": self._vec.crc}
             m["rows"] = total
-            m["dense"] = self._dense.prepare_commit(self._path, gen, self._vec.view(total))
+            m["dense"] = self._dense.prepare_commit(self._path, gen, self._vec.view(total, sequential=True))
             new_tables = list(self._tables)
             if self._pending:
                 seg = _concat(self._pending)
@@ -551,7 +551,9 @@ class Collection:
         """Exact top-k over all live rows except `exclude` (rows used as held-out queries)."""
         from .flat import exact_search
 
-        snap = self._snap
+        with self._wlock:  # the snapshot and the file it counts rows of, taken together
+            snap = self._snap
+            vectors = self._vec.view(snap.n, sequential=True)  # a full scan: read-ahead helps
         q = as_vectors(queries, "queries", dim=self.dim)
         if snap.n == 0:
             return np.full((len(q), k), -1, np.int64), np.full((len(q), k), -np.inf, np.float32)
@@ -559,7 +561,7 @@ class Collection:
         if self.metric == "cosine":
             q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30).astype(np.float32)
         allow = snap.live - bitmap_of(exclude) if exclude is not None else (None if snap.full else snap.live)
-        return exact_search(snap.vectors, q, k, metric, allow=allow)
+        return exact_search(vectors, q, k, metric, allow=allow)
 
     def _live_vectors(self):
         """(live rows, the float32 memmap they index), for rebuilding a held-out index."""
@@ -720,8 +722,9 @@ class Collection:
             dense = KINDS[self.index].create(self._path, gen, dim, metric, m["index_params"])
             dense.lock = self._rw
             step = max(1, (64 << 20) // (4 * dim))
+            src = self._vec.view(snap.n, sequential=True)  # one forward pass with read-ahead
             for s in range(0, len(keep), step):
-                rows = np.asarray(snap.vectors[keep[s:s + step]])
+                rows = np.asarray(src[keep[s:s + step]])
                 vec.append(rows)
                 dense.stage(rows)
             vec.sync()
@@ -736,7 +739,7 @@ class Collection:
             m["sparse"] = sparse.prepare_commit(self._path, gen)
             m["vectors"] = {"file": os.path.basename(vec.path), "rows": len(keep), "crc": vec.crc}
             m["rows"] = len(keep)
-            m["dense"] = dense.prepare_commit(self._path, gen, vec.view(len(keep)))
+            m["dense"] = dense.prepare_commit(self._path, gen, vec.view(len(keep), sequential=True))
             seg_name = f"seg-{gen}.arrow"
             seg_path = os.path.join(self._path, seg_name)
             m["segments"] = [{"file": seg_name, "rows": table.num_rows, "crc": _write_segment(seg_path, table)}]

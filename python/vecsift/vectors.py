@@ -89,19 +89,22 @@ class RowFile:
     def sync(self) -> None:
         os.fsync(self._fd)
 
-    def view(self, rows: int) -> np.ndarray:
+    def view(self, rows: int, sequential: bool = False) -> np.ndarray:
         """Read-only memory-mapped array of the first `rows` rows (pages are read on demand).
 
-        MADV_RANDOM: rescoring touches a few scattered rows, so read-ahead would
-        only pull in (and make resident) neighbours nobody asked for.
+        Default MADV_RANDOM: rescoring touches a few scattered rows, so read-ahead
+        would only pull in (and make resident) neighbours nobody asked for.
+        sequential=True (MADV_SEQUENTIAL) for whole-file passes: compaction,
+        exact scans, graph builds, where read-ahead is what makes them fast.
         """
         dt = _DTYPES[self.dtype]
         if rows == 0:
             return np.empty((0, self.width), dtype=dt)
         length = HEADER_BYTES + rows * self.row_bytes
         mm = mmap.mmap(self._fd, length, access=mmap.ACCESS_READ)
-        if hasattr(mm, "madvise") and hasattr(mmap, "MADV_RANDOM"):
-            mm.madvise(mmap.MADV_RANDOM)
+        advice = getattr(mmap, "MADV_SEQUENTIAL" if sequential else "MADV_RANDOM", None)
+        if advice is not None and hasattr(mm, "madvise"):
+            mm.madvise(advice)
         return np.frombuffer(mm, dtype=dt, count=rows * self.width, offset=HEADER_BYTES).reshape(rows, self.width)
 
     def read_all(self, rows: int, crc: int) -> np.ndarray:
