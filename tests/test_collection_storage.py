@@ -131,3 +131,23 @@ def test_reader_refresh_follows_the_writer(tmp_path):
     assert r.refresh() is True and len(r) == 300 and r.search(x[2], k=1)[0].id == "r2"
     w.close()
     r.close()
+
+
+def test_compact_after_a_failed_compact(tmp_path, monkeypatch):
+    x = build(tmp_path / "c")
+    c = vecsift.open(tmp_path / "c")
+    c.delete(ids=["r0"])
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(vecsift.collection, "_write_segment", boom)
+    with pytest.raises(OSError, match="disk full"):
+        c.compact()
+    monkeypatch.undo()
+    assert len(c) == 299 and c.search(x[1], k=1)[0].id == "r1"  # the old generation is intact
+    c.compact()
+    assert len(c) == 299 and c.search(x[1], k=1)[0].id == "r1"
+    c.close()
+    with vecsift.open(tmp_path / "c") as c:
+        assert len(c) == 299 and "r0" not in c.ids()

@@ -714,6 +714,7 @@ class Collection:
             snap = self._snap
             if snap.full:
                 return
+            self._remove_unreferenced()  # leftovers of a compaction that raised earlier
             m = dict(self._manifest)
             gen = m["generation"] + 1
             keep = rows_of(snap.live)
