@@ -13,6 +13,23 @@ using namespace vecsift;
 
 namespace {
 
+__attribute__((target("avx2"))) uint64_t read_probe(const uint8_t* p, size_t n) {
+  __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  size_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    acc0 = _mm256_or_si256(acc0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+    acc1 = _mm256_or_si256(acc1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    acc2 = _mm256_or_si256(acc2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    acc3 = _mm256_or_si256(acc3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  acc0 = _mm256_or_si256(_mm256_or_si256(acc0, acc1), _mm256_or_si256(acc2, acc3));
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc0);
+  uint64_t r = lanes[0] | lanes[1] | lanes[2] | lanes[3];
+  for (; i < n; ++i) r |= p[i];
+  return r;
+}
+
 py::dict cpu_features() {
   CpuFeatures f = detect_cpu();
   py::dict d;
@@ -44,7 +61,12 @@ U8Array quantize_py(const F32Array& x, int level) {
   Level lv = level_arg(level);
   {
     py::gil_scoped_release nogil;
-    binary_quantize(src, n, d, dst, lv);
+    // Row slices on all cores; small inputs stay on one thread.
+    const size_t w = code_bytes_for_dim(d), slices = std::max<size_t>(1, std::min(hardware_threads(), n * d / (1 << 20)));
+    parallel_for(slices, slices, [&](size_t t) {
+      size_t r0 = n * t / slices, r1 = n * (t + 1) / slices;
+      binary_quantize(src + r0 * d, r1 - r0, d, dst + r0 * w, lv);
+    });
   }
   return out;
 }
@@ -161,11 +183,21 @@ U8Array binary_codes_py(const BinaryIndex& index) {
   return out;
 }
 
+// Streams an array once with wide loads (OR-reduction) so benchmarks can put
+// scan speed next to this machine's single-thread read bandwidth.
+uint64_t read_probe_py(const U8Array& a) {
+  const uint8_t* p = a.data();
+  size_t n = static_cast<size_t>(a.size());
+  py::gil_scoped_release nogil;
+  return read_probe(p, n);
+}
+
 }  // namespace
 
 void bind_core(py::module_& m) {
   m.def("cpu_features", &cpu_features, "Detected CPU features and the kernel level in use.");
   m.def("hardware_threads", &hardware_threads);
+  m.def("read_probe", &read_probe_py, py::arg("a"));
   m.def("all_finite", &all_finite_py, py::arg("x"));
   m.def("binary_quantize", &quantize_py, py::arg("x"), py::arg("level") = -1);
   m.def("hamming_rows", &hamming_rows_py, py::arg("a"), py::arg("b"), py::arg("level") = -1);

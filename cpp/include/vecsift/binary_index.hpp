@@ -18,6 +18,7 @@
 
 #include "vecsift/binary.hpp"
 #include "vecsift/filter.hpp"
+#include "vecsift/memory.hpp"
 #include "vecsift/parallel.hpp"
 
 namespace vecsift {
@@ -37,7 +38,7 @@ class BinaryIndex {
   }
   size_t nbytes() const {
     std::shared_lock<std::shared_mutex> lock(mutex_);
-    return data_.capacity() * sizeof(uint64_t);
+    return data_.capacity_bytes();
   }
 
   // Appends m row-major codes of code_bytes() each.
@@ -45,8 +46,7 @@ class BinaryIndex {
     std::unique_lock<std::shared_mutex> lock(mutex_);
     const size_t total = n_ + m;
     const size_t nblocks = (total + kBlockRows - 1) / kBlockRows;
-    if (nblocks * words_ * kBlockRows > data_.capacity()) data_.reserve(std::max(nblocks * words_ * kBlockRows, data_.capacity() * 3 / 2));
-    data_.resize(nblocks * words_ * kBlockRows, 0);
+    data_.resize(nblocks * words_ * kBlockRows);
     for (size_t i = 0; i < m; ++i) {
       const size_t r = n_ + i, b = r / kBlockRows, lane = r % kBlockRows;
       const uint8_t* code = codes + i * bytes_;
@@ -124,7 +124,7 @@ class BinaryIndex {
  private:
   size_t dim_, bytes_, words_;
   size_t n_ = 0;
-  std::vector<uint64_t> data_;
+  HugeBuffer<uint64_t> data_;  // blocked layout, see binary.hpp
   mutable std::shared_mutex mutex_;
 };
 

@@ -1,0 +1,72 @@
+"""Reciprocal rank fusion (Cormack, Clarke and Buettcher, SIGIR 2009).
+
+    score(d) = sum_i  w_i / (k + rank_i(d))
+
+rank_i(d) is d's 1-based position in list i; a list where d is absent adds
+nothing. Scores of the input lists are not used, only their order, so lists
+of incomparable scores (BM25 and cosine) fuse without calibration.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def rrf(ranked_lists, k: float = 60, weights=None, top_n=None, return_ranks: bool = False):
+    """Fuse ranked lists of ids (each best first; -1 entries are padding and
+    skipped; a repeated id counts at its first position).
+
+    Returns (ids int64, scores float64) sorted by fused score, best first, ties
+    by the better (smaller) best rank, then the smaller id; top_n keeps only
+    the first top_n. With return_ranks=True also returns ranks, an int64
+    array (len(ids), len(ranked_lists)) of each id's 1-based rank in each list,
+    0 where the list does not contain it (what a hit's dense_rank/sparse_rank
+    reports).
+    """
+    lists = [np.asarray(r).ravel() for r in ranked_lists]
+    for i, r in enumerate(lists):
+        if r.size and not np.issubdtype(r.dtype, np.integer):
+            raise TypeError(f"ranked_lists[{i}] must hold integer ids, got dtype {r.dtype}")
+    if isinstance(k, bool) or not np.isfinite(k) or k < 0:
+        raise ValueError(f"k must be a finite number >= 0, got {k!r}")
+    if weights is None:
+        w = np.ones(len(lists))
+    else:
+        w = np.asarray(weights, dtype=np.float64).ravel()
+        if w.shape[0] != len(lists):
+            raise ValueError(f"weights has {w.shape[0]} entries for {len(lists)} lists")
+        if not np.isfinite(w).all() or (w < 0).any():
+            raise ValueError("weights must be finite and >= 0")
+    if top_n is not None and (isinstance(top_n, bool) or int(top_n) != top_n or top_n < 0):
+        raise ValueError(f"top_n must be a non-negative integer or None, got {top_n!r}")
+
+    ids_parts, rank_parts, list_parts = [], [], []
+    for li, r in enumerate(lists):
+        r = r.astype(np.int64)
+        pos = np.flatnonzero(r >= 0)
+        ids, first = np.unique(r[pos], return_index=True)  # first occurrence per id
+        ids_parts.append(ids)
+        rank_parts.append(pos[first] + 1)
+        list_parts.append(np.full(ids.shape[0], li))
+    if not ids_parts or sum(p.size for p in ids_parts) == 0:
+        e = np.empty(0, np.int64)
+        out = (e, np.empty(0, np.float64))
+        return out + (np.zeros((0, len(lists)), np.int64),) if return_ranks else out
+    all_ids = np.concatenate(ids_parts)
+    all_ranks = np.concatenate(rank_parts)
+    all_lists = np.concatenate(list_parts)
+    uniq, inv = np.unique(all_ids, return_inverse=True)
+    contrib = w[all_lists] / (k + all_ranks)
+    # Sum in list order so the result does not depend on summation order quirks.
+    scores = np.zeros(uniq.shape[0])
+    np.add.at(scores, inv, contrib)
+    best = np.full(uniq.shape[0], np.iinfo(np.int64).max)
+    np.minimum.at(best, inv, all_ranks)
+    order = np.lexsort((uniq, best, -scores))
+    if top_n is not None:
+        order = order[: int(top_n)]
+    out = (uniq[order], scores[order])
+    if not return_ranks:
+        return out
+    ranks = np.zeros((uniq.shape[0], len(lists)), np.int64)
+    ranks[inv, all_lists] = all_ranks
+    return out + (ranks[order],)
