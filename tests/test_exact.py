@@ -19,11 +19,12 @@ def similarity_ref(base, queries, metric):
     return (q @ b.T) / np.maximum(qn[:, None] * bn[None, :], 1e-300)
 
 
+@pytest.mark.parametrize("nq", [1, 2, 13])  # 1-2 queries score rows directly, more use panels
 @pytest.mark.parametrize("metric", ["ip", "l2", "cosine"])
 @pytest.mark.parametrize("d", DIMS)
-def test_exact_search_matches_numpy(level, rng, metric, d):
+def test_exact_search_matches_numpy(level, rng, metric, d, nq):
     base = rng.standard_normal((777, d)).astype(np.float32)
-    queries = rng.standard_normal((13, d)).astype(np.float32)
+    queries = rng.standard_normal((nq, d)).astype(np.float32)
     k = 10
     ref = similarity_ref(base, queries, metric)
     for threads in (1, 2):
@@ -48,6 +49,9 @@ def test_exact_ties_broken_by_smaller_id(level, rng, metric):
         ids, scores = _core.exact_search(base, queries, 40, metric, None, None, threads, level)
         np.testing.assert_array_equal(ids, ref_ids)
         np.testing.assert_array_equal(scores, -ref_keys)
+        ids, scores = _core.exact_search(base, queries[:2], 40, metric, None, None, threads, level)
+        np.testing.assert_array_equal(ids, ref_ids[:2])
+        np.testing.assert_array_equal(scores, -ref_keys[:2])
 
 
 def test_public_exact_search_defaults_and_padding(rng):

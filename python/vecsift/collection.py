@@ -37,6 +37,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -145,6 +146,19 @@ class _Snapshot:
     live: BitMap  # [0, n) minus deleted
     full: bool  # nothing deleted: live is all of [0, n)
     table: pa.Table  # chunk columns of the n rows
+
+    @cached_property
+    def present_columns(self) -> list:
+        """Columns holding at least one value; Hits skip the all-null ones (a take per column costs)."""
+        t = self.table
+        return [c for c in t.column_names if c == "id" or t.column(c).null_count < t.num_rows]
+
+    @cached_property
+    def live_mask(self) -> np.ndarray:
+        """live as a bool mask, built once per snapshot for unfiltered sparse searches."""
+        mask = np.zeros(self.n, bool)
+        mask[rows_of(self.live)] = True
+        return mask
 
 
 _POOL = None
@@ -860,6 +874,13 @@ class Collection:
     def _sparse_rows(self, snap, text, k, allow):
         if len(allow) == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
+        if allow is snap.live:
+            # unfiltered: a cached mask instead of converting the bitmap per query; rows a
+            # commit in progress has indexed past snap.n stay out (padded False)
+            allow = snap.live_mask
+            extra = snap.sparse.index.n_rows - len(allow)
+            if extra > 0:
+                allow = np.concatenate([allow, np.zeros(extra, bool)])
         return snap.sparse.search(text, k, allow)
 
     def _dense_rows(self, snap, q, k, allow, ef, oversample, threads):
@@ -896,25 +917,35 @@ class Collection:
         flat = rows[valid]
         if flat.size == 0:
             return [[] for _ in range(len(rows))]
-        recs = snap.table.take(pa.array(flat)).to_pylist()
-        meta_keys = [c for c in snap.table.column_names if c.startswith(META)]
+        cols = snap.present_columns
+        taken = snap.table.select(cols).take(pa.array(flat))
+        data = {c: taken.column(c).to_pylist() for c in cols}
+        none = [None] * len(flat)
+        col = lambda c: data.get(c, none)  # noqa: E731
+        ids, doc_ids, tenants = col("id"), col("doc_id"), col("tenant")
+        texts, display = col("text"), col("display_text")
+        meta = [(c[len(META):], data[c]) for c in cols if c.startswith(META)]
+        prov = [(p, data[p]) for p in PROVENANCE if p in data]
 
-        def rank(a, qi, j):
-            return None if a is None or int(a[qi, j]) <= 0 else int(a[qi, j])
-
+        # Plain lists once: indexing numpy scalars per hit costs more than the Hit itself.
+        score_l, valid_l = np.asarray(scores).tolist(), valid.tolist()
+        no_ranks = [[0] * rows.shape[1]] * len(rows)
+        dr = no_ranks if dense_ranks is None else np.asarray(dense_ranks).tolist()
+        sr = no_ranks if sparse_ranks is None else np.asarray(sparse_ranks).tolist()
         out, i = [], 0
         for qi in range(len(rows)):
             hits = []
-            for j in np.flatnonzero(valid[qi]):
-                r = recs[i]
-                i += 1
+            for j, ok in enumerate(valid_l[qi]):
+                if not ok:
+                    continue
                 hits.append(Hit(
-                    id=r["id"], score=float(scores[qi, j]), doc_id=r["doc_id"],
-                    text=r["display_text"] if r["display_text"] is not None else r["text"],
-                    metadata={m[len(META):]: r[m] for m in meta_keys if r[m] is not None},
-                    provenance={p: r[p] for p in PROVENANCE if r[p] is not None},
-                    tenant=r["tenant"], dense_rank=rank(dense_ranks, qi, j), sparse_rank=rank(sparse_ranks, qi, j),
+                    id=ids[i], score=score_l[qi][j], doc_id=doc_ids[i],
+                    text=display[i] if display[i] is not None else texts[i],
+                    metadata={m: v[i] for m, v in meta if v[i] is not None},
+                    provenance={p: v[i] for p, v in prov if v[i] is not None},
+                    tenant=tenants[i], dense_rank=dr[qi][j] or None, sparse_rank=sr[qi][j] or None,
                 ))
+                i += 1
             out.append(hits)
         return out
 

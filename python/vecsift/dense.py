@@ -89,12 +89,17 @@ def rescore(vectors: np.ndarray, queries: np.ndarray, cand: np.ndarray, k: int, 
     return _pad(nq, k, np.concatenate(parts_r), np.concatenate(parts_s))
 
 
-def exact_rows(vectors: np.ndarray, queries: np.ndarray, rows: np.ndarray, k: int, metric: str):
-    """Exact top-k of every query over the same (sorted) rows: one gather, one matmul."""
-    x = np.asarray(vectors[rows], dtype=np.float32)
-    sc = similarities(x, queries, metric).T.astype(np.float32)  # (nq, len(rows))
-    r, t = _top(sc, np.broadcast_to(rows, sc.shape), k)
-    return _pad(len(queries), k, r, t)
+def exact_rows(vectors: np.ndarray, queries: np.ndarray, rows: np.ndarray, k: int, metric: str, threads: int = 0):
+    """Exact top-k of every query over the same (sorted) rows, in the native scan.
+
+    The core gathers only those rows from `vectors` (a memmap) into its panels;
+    vectors were checked when added, so they are not checked again here.
+    Cosine rows and queries are unit length already: cosine is the inner product.
+    """
+    from . import _core
+    ids = np.ascontiguousarray(rows, dtype=np.int64)
+    return _core.exact_search(vectors, np.ascontiguousarray(queries, dtype=np.float32), k,
+                              "l2" if metric == "l2" else "ip", None, ids, threads)
 
 
 class BQDense:

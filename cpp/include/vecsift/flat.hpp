@@ -105,10 +105,35 @@ inline TileKernel tile_kernel(Level level, size_t mq) {
 
 using ScoreTop = TopK<float>;  // key = -similarity
 
+// Few queries: transposing rows into panels would cost more than the dot
+// products, so each allowed row is scored directly by the pair kernels.
+inline void flat_scan_direct(const float* base, size_t d, const float* queries, size_t q0, size_t q1,
+                             const float* qnorm, size_t r0, size_t r1, Metric metric, const AllowSet* allow,
+                             ScoreTop* tops, Level level) {
+  PairKernel ip = ip_kernel(level), l2 = l2sq_kernel(level);
+  for (size_t r = r0; r < r1; ++r) {
+    if (allow && !allow->test(r)) continue;
+    const float* row = base + r * d;
+    float inv = 0.0f;
+    if (metric == Metric::Cosine) {
+      float s = ip(row, row, d);
+      inv = s > 0 ? 1.0f / std::sqrt(s) : 0.0f;
+    }
+    for (size_t q = q0; q < q1; ++q) {
+      const float* qv = queries + q * d;
+      float s = metric == Metric::L2 ? -l2(qv, row, d) : ip(qv, row, d);
+      if (metric == Metric::Cosine) s *= qnorm[q] * inv;
+      ScoreTop& top = tops[q - q0];
+      if (-s < top.threshold()) top.push(-s, static_cast<int64_t>(r));
+    }
+  }
+}
+
 // Scans rows [r0, r1) (allowed ones only) for queries [q0, q1), pushing into tops[q - q0].
 inline void flat_scan_range(const float* base, size_t d, const float* queries, size_t q0, size_t q1,
                             const float* qnorm, size_t r0, size_t r1, Metric metric, const AllowSet* allow,
                             ScoreTop* tops, Level level) {
+  if (q1 - q0 < kFlatMR / 2) return flat_scan_direct(base, d, queries, q0, q1, qnorm, r0, r1, metric, allow, tops, level);
   const size_t NR = flat_panel_rows(level);
   // A chunk of rows whose panels fit in about 256 KiB (L2).
   const size_t chunk = std::max<size_t>(NR, std::min<size_t>(4096, (256 * 1024 / (4 * d)) / NR * NR));
