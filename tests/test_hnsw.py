@@ -227,3 +227,15 @@ def test_nbytes_and_repr(rand20k):
     x, q, index = rand20k
     assert index.nbytes >= x.nbytes
     assert index.dim == 50 and index.metric == "cosine" and "HNSWIndex" in repr(index)
+
+
+def test_many_small_adds_keep_memory_proportional():
+    # Capacity once grew by half on every add call, so the 49th add ran out of memory.
+    rng = np.random.default_rng(5)
+    index = vecsift.HNSWIndex(8, metric="l2")
+    for _ in range(200):
+        index.add(rng.standard_normal((10, 8)).astype(np.float32))
+    assert len(index) == 2000
+    one_shot = vecsift.HNSWIndex(8, metric="l2")
+    one_shot.add(rng.standard_normal((2000, 8)).astype(np.float32))
+    assert index.nbytes < 2 * one_shot.nbytes + 64 * 1024

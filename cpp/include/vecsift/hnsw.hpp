@@ -443,7 +443,8 @@ class HNSWGraph {
     }
     records_.reserve(total * rec_bytes_, n0 * rec_bytes_);
     upper_.reserve((upper_words_ + upper_add) * 4, upper_words_ * 4);
-    labels_.reserve(std::max(total, labels_.capacity() * 3 / 2));
+    // Grow by half only when full: growing on every add compounded (1.5^adds).
+    if (total > labels_.capacity()) labels_.reserve(std::max(total, labels_.capacity() * 3 / 2));
     levels_.reserve(labels_.capacity());
     state_.reserve(labels_.capacity());
     upper_off_.reserve(labels_.capacity());
