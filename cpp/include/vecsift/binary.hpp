@@ -257,30 +257,56 @@ __attribute__((target("avx2,popcnt"))) inline void scan_blocks_avx2(const BlockS
   }
 }
 
+// Distances of the 8 rows of one block, for the AVX-512 scan.
+__attribute__((target("avx512f,avx512bw,avx512vpopcntdq"))) inline __m512i block_distances_avx512(
+    const uint64_t* blk, const uint64_t* q, size_t words) {
+  __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+  size_t k = 0;
+  for (; k + 2 <= words; k += 2) {
+    acc0 = _mm512_add_epi64(acc0, _mm512_popcnt_epi64(_mm512_xor_si512(
+                                      _mm512_loadu_si512(blk + k * kBlockRows), _mm512_set1_epi64(static_cast<long long>(q[k])))));
+    acc1 = _mm512_add_epi64(acc1, _mm512_popcnt_epi64(_mm512_xor_si512(
+                                      _mm512_loadu_si512(blk + (k + 1) * kBlockRows), _mm512_set1_epi64(static_cast<long long>(q[k + 1])))));
+  }
+  if (k < words)
+    acc0 = _mm512_add_epi64(acc0, _mm512_popcnt_epi64(_mm512_xor_si512(
+                                      _mm512_loadu_si512(blk + k * kBlockRows), _mm512_set1_epi64(static_cast<long long>(q[k])))));
+  return _mm512_add_epi64(acc0, acc1);
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vpopcntdq,popcnt"))) inline void scan_blocks_avx512(
     const BlockScan& s, const uint64_t* q, size_t b0, size_t b1, HammingTop& top) {
   alignas(64) uint64_t dist[kBlockRows];
-  const size_t words = s.words;
+  const size_t words = s.words, stride = words * kBlockRows;
   __m512i thr = _mm512_set1_epi64(top.threshold());
-  for (size_t b = b0; b < b1; ++b) {
+  size_t b = b0;
+  // Two blocks per step: more independent loads in flight on a memory-bound scan.
+  for (; b + 2 <= b1; b += 2) {
+    unsigned m0 = s.lane_mask(b), m1 = s.lane_mask(b + 1);
+    if (!(m0 | m1)) continue;
+    __m512i d0 = block_distances_avx512(s.blocks + b * stride, q, words);
+    __m512i d1 = block_distances_avx512(s.blocks + (b + 1) * stride, q, words);
+    unsigned p0 = _mm512_mask_cmplt_epu64_mask(static_cast<__mmask8>(m0), d0, thr);
+    unsigned p1 = _mm512_mask_cmplt_epu64_mask(static_cast<__mmask8>(m1), d1, thr);
+    if (p0 | p1) {
+      if (p0) {
+        _mm512_store_si512(dist, d0);
+        push_lanes(top, dist, p0, b);
+      }
+      if (p1) {
+        _mm512_store_si512(dist, d1);
+        push_lanes(top, dist, p1, b + 1);
+      }
+      thr = _mm512_set1_epi64(top.threshold());
+    }
+  }
+  for (; b < b1; ++b) {
     unsigned mask = s.lane_mask(b);
     if (!mask) continue;
-    const uint64_t* blk = s.blocks + b * words * kBlockRows;
-    __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
-    size_t k = 0;
-    for (; k + 2 <= words; k += 2) {
-      acc0 = _mm512_add_epi64(acc0, _mm512_popcnt_epi64(_mm512_xor_si512(
-                                        _mm512_loadu_si512(blk + k * kBlockRows), _mm512_set1_epi64(static_cast<long long>(q[k])))));
-      acc1 = _mm512_add_epi64(acc1, _mm512_popcnt_epi64(_mm512_xor_si512(
-                                        _mm512_loadu_si512(blk + (k + 1) * kBlockRows), _mm512_set1_epi64(static_cast<long long>(q[k + 1])))));
-    }
-    if (k < words)
-      acc0 = _mm512_add_epi64(acc0, _mm512_popcnt_epi64(_mm512_xor_si512(
-                                        _mm512_loadu_si512(blk + k * kBlockRows), _mm512_set1_epi64(static_cast<long long>(q[k])))));
-    acc0 = _mm512_add_epi64(acc0, acc1);
-    unsigned pass = _mm512_mask_cmplt_epu64_mask(static_cast<__mmask8>(mask), acc0, thr);
+    __m512i d = block_distances_avx512(s.blocks + b * stride, q, words);
+    unsigned pass = _mm512_mask_cmplt_epu64_mask(static_cast<__mmask8>(mask), d, thr);
     if (pass) {
-      _mm512_store_si512(dist, acc0);
+      _mm512_store_si512(dist, d);
       push_lanes(top, dist, pass, b);
       thr = _mm512_set1_epi64(top.threshold());
     }
