@@ -22,31 +22,9 @@ from pathlib import Path
 import numpy as np
 
 import vecsift
+from timing import interleaved
 from vecsift import _core
 from vecsift.datasets import glove_50
-
-
-def median_time(fn, reps: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
-def interleaved(fns: dict, reps: int) -> dict:
-    """Median seconds per callable, alternating between them each repetition."""
-    for fn in fns.values():
-        fn()
-    times = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: float(np.median(t)) for name, t in times.items()}
 
 
 def numpy_topk(base, queries, k, chunk=64):

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 import vecsift
+from timing import interleaved
 
 K = 10
 
@@ -43,18 +44,6 @@ def rss_mb() -> dict:
             if line.split(":")[0] in ("VmRSS", "RssAnon", "RssFile"):
                 out[line.split(":")[0]] = int(line.split()[1]) / 1024
     return out
-
-
-def interleaved(fns: dict, reps: int) -> dict:
-    for fn in fns.values():
-        fn()
-    times = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: float(np.median(t)) for name, t in times.items()}
 
 
 def recall(found, truth, k=K) -> float:

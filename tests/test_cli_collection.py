@@ -10,7 +10,7 @@ import pytest
 
 import vecsift
 from vecsift import cli
-from vecsift.tuning import per_query_recall
+from vecsift.eval import recall_at_k
 
 
 def clustered(rng, n, d=48, centers=30):
@@ -85,7 +85,7 @@ def test_tune_choice_holds_on_held_out_queries(tmp_path, npy, index):
         base = np.load(npy)
         truth, _ = vecsift.exact_search(base, held, 10, "cosine")
         rows, _ = coll.search_rows(held, 10)  # uses the stored default
-        recall = per_query_recall(rows, truth, 10).mean()
+        recall = recall_at_k(rows, truth, 10, per_query=True).mean()
     finally:
         coll.close()
     assert chosen >= 1

@@ -3,7 +3,8 @@ import pytest
 
 import vecsift
 from vecsift.benchmark import bq_rescore_search
-from vecsift.tuning import lower_bound, per_query_recall, tune
+from vecsift.eval import recall_at_k
+from vecsift.tuning import lower_bound, tune
 
 
 def clustered(rng, n, d=64, centers=50):
@@ -15,7 +16,7 @@ def clustered(rng, n, d=64, centers=50):
 def test_per_query_recall_hand_computed():
     truth = np.array([[1, 2, 3, 4], [5, 6, 7, 8]])
     found = np.array([[4, 9, 1, -1], [5, 6, 7, 8]])
-    np.testing.assert_allclose(per_query_recall(found, truth, 4), [0.5, 1.0])
+    np.testing.assert_allclose(recall_at_k(found, truth, 4, per_query=True), [0.5, 1.0])
     assert lower_bound(np.array([1.0, 1.0, 1.0])) == 1.0
     assert lower_bound(np.array([0.0, 1.0])) < 0.5
 
@@ -41,10 +42,10 @@ def test_tuned_oversample_holds_on_held_out_queries():
     res = tune(lambda p: bq_rescore_search(index, base, tune_q, k, p, "ip"), truth_t, k, target, 1, 256)
     assert res.param is not None and res.param > 1
     truth_h = vecsift.exact_search(base, held_q, k, "ip")[0]
-    held = per_query_recall(bq_rescore_search(index, base, held_q, k, res.param, "ip"), truth_h, k).mean()
+    held = recall_at_k(bq_rescore_search(index, base, held_q, k, res.param, "ip"), truth_h, k, per_query=True).mean()
     assert held >= target
     # And it is the smallest: one less misses the (conservative) target on the tuning set.
-    below = per_query_recall(bq_rescore_search(index, base, tune_q, k, res.param - 1, "ip"), truth_t, k)
+    below = recall_at_k(bq_rescore_search(index, base, tune_q, k, res.param - 1, "ip"), truth_t, k, per_query=True)
     assert lower_bound(below) < target
 
 

@@ -19,6 +19,7 @@ from . import _core
 from .binary import BinaryIndex
 from .datasets import glove_50, split_queries
 from .dense import rescore
+from .eval import recall_at_k
 from .flat import exact_search
 from .progress import progress_bar
 from .reference_libs import make_adapter
@@ -59,12 +60,6 @@ def _parquet_vectors(path: Path, column: str) -> np.ndarray:
     if not pa.types.is_fixed_size_list(col.type):
         raise ValueError(f"{path}: column {column!r} must be fixed_size_list<float32>, got {col.type}")
     return col.flatten().to_numpy(zero_copy_only=False).reshape(len(col), col.type.list_size)
-
-
-def _recall(found, truth, k):
-    """Mean |found top-k & true top-k| / k."""
-    hits = [len(set(f[:k].tolist()) & set(t[:k].tolist())) for f, t in zip(found, truth)]
-    return float(np.mean(hits)) / k
 
 
 def ground_truth(base, queries, k, metric, cache_dir: Path | None, name: str):
@@ -145,7 +140,7 @@ def _sweep_hnsw(adapter, base, queries, gt, k, ef_values, threads, quiet):
     for ef in progress_bar(ef_values, desc=f"sweep {adapter.name}", disable=quiet):
         found = adapter.search(queries, k, ef, threads)
         rows.append({
-            "index": adapter.name, "param": f"ef={ef}", "recall": _recall(found, gt, k),
+            "index": adapter.name, "param": f"ef={ef}", "recall": recall_at_k(found, gt, k),
             "qps_single": _qps_single(lambda q: adapter.search(q, k, ef, 1), queries),
             "qps_batch": _qps_batch(lambda q: adapter.search(q, k, ef, threads), queries),
             "build_s": build_s, "bytes_per_vector": bpv,
@@ -165,7 +160,7 @@ def _sweep_bq(base, queries, gt, k, metric, oversample_values, threads, quiet):
     for ov in progress_bar(oversample_values, desc="sweep vecsift-bq", disable=quiet):
         found = bq_rescore_search(index, base, queries, k, ov, metric, threads)
         rows.append({
-            "index": "vecsift-bq", "param": f"oversample={ov}", "recall": _recall(found, gt, k),
+            "index": "vecsift-bq", "param": f"oversample={ov}", "recall": recall_at_k(found, gt, k),
             "qps_single": _qps_single(lambda q: bq_rescore_search(index, base, q, k, ov, metric, 1), queries),
             "qps_batch": _qps_batch(lambda q: bq_rescore_search(index, base, q, k, ov, metric, threads), queries),
             "build_s": build_s,

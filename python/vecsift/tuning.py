@@ -14,14 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-
-def per_query_recall(found: np.ndarray, truth: np.ndarray, k: int) -> np.ndarray:
-    """|found top-k & true top-k| / k for each query (padding ids -1 never match)."""
-    out = np.empty(len(truth))
-    for i, (f, t) in enumerate(zip(found, truth)):
-        t = t[:k][t[:k] >= 0]
-        out[i] = len(np.intersect1d(f[:k], t)) / max(1, len(t))
-    return out
+from .eval import recall_at_k
 
 
 def lower_bound(recalls: np.ndarray, z: float = 1.645) -> float:
@@ -58,7 +51,7 @@ def tune(search, truth: np.ndarray, k: int, target: float, low: int, high: int) 
 
     def ok(param):
         if param not in seen:
-            r = per_query_recall(search(param), truth, k)
+            r = recall_at_k(search(param), truth, k, per_query=True)
             seen[param] = (float(r.mean()), lower_bound(r))
             result.curve.append((param, *seen[param]))
         return seen[param][1] >= target - 1e-9  # float noise of the mean
