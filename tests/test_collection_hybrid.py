@@ -3,9 +3,6 @@
 Real data: the committed docstring set (Python standard-library docstrings
 with all-MiniLM-L6-v2 embeddings of them and of a one-line query for each).
 """
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -13,25 +10,18 @@ import vecsift
 from vecsift.bm25 import BM25Index
 from vecsift.fusion import rrf
 
-DATA = Path(__file__).resolve().parent / "data" / "docstrings"
+import docstring_data
+
 NQ = 200
-
-
-def _jsonl(name):
-    with open(DATA / name, encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
 
 
 @pytest.fixture(scope="module")
 def docset():
-    docs = _jsonl("docs.jsonl")
-    queries = _jsonl("queries.jsonl")[:NQ]
+    docs, queries, qrels, dv, qv = docstring_data.load()
     rel = {}
-    for r in _jsonl("qrels.jsonl"):
+    for r in qrels:
         rel.setdefault(r["qid"], set()).add(r["row"])
-    with np.load(DATA / "embeddings.npz", allow_pickle=False) as z:
-        dv, qv = z["docs"].astype(np.float32), z["queries"][:NQ].astype(np.float32)
-    return docs, queries, rel, dv, qv
+    return docs, queries[:NQ], rel, dv, qv[:NQ]
 
 
 @pytest.fixture

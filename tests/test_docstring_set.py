@@ -15,24 +15,16 @@ import pytest
 from vecsift import BM25Index, exact_search, rrf
 from vecsift.eval import hit_at_k, mrr_at_k, ndcg_at_k
 
+import docstring_data
+
 ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data" / "docstrings"
+DATA = docstring_data.DATA
 THRESHOLDS = {"sparse": 0.785, "dense": 0.84, "hybrid": 0.855}
-
-
-def _jsonl(name):
-    with open(DATA / name, encoding="utf-8") as f:
-        return [json.loads(line) for line in f]
 
 
 @pytest.fixture(scope="module")
 def evalset():
-    docs = _jsonl("docs.jsonl")
-    queries = _jsonl("queries.jsonl")
-    qrels = _jsonl("qrels.jsonl")
-    with np.load(DATA / "embeddings.npz", allow_pickle=False) as z:
-        dv, qv = z["docs"].astype(np.float32), z["queries"].astype(np.float32)
-    return docs, queries, qrels, dv, qv
+    return docstring_data.load()
 
 
 def test_committed_set_is_consistent(evalset):
