@@ -62,7 +62,7 @@ _PATTERNS = ("vectors-*.f32", "codes-*.bin", "hnsw-*.idx", "seg-*.arrow", "filte
 MODES = ("dense", "sparse", "hybrid")
 
 
-@dataclass
+@dataclass(slots=True)  # many are made per search: slots make that cheaper
 class Hit:
     """One search result. score is a similarity (higher is better)."""
 
@@ -941,8 +941,8 @@ class Collection:
                 hits.append(Hit(
                     id=ids[i], score=score_l[qi][j], doc_id=doc_ids[i],
                     text=display[i] if display[i] is not None else texts[i],
-                    metadata={m: v[i] for m, v in meta if v[i] is not None},
-                    provenance={p: v[i] for p, v in prov if v[i] is not None},
+                    metadata={m: v[i] for m, v in meta if v[i] is not None} if meta else {},
+                    provenance={p: v[i] for p, v in prov if v[i] is not None} if prov else {},
                     tenant=tenants[i], dense_rank=dr[qi][j] or None, sparse_rank=sr[qi][j] or None,
                 ))
                 i += 1
