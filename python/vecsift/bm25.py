@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import json
 import os
+from math import log1p
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from pyroaring import FrozenBitMap
 
 from ._arrays import check_k, check_threads
 from .allow import allow_arrays
@@ -108,6 +110,7 @@ class BM25Index:
         self._df = np.zeros(0, np.int64)
         self._df_stale = False
         self._view = None
+        self._frozen_keep = None  # (FrozenBitMap, view, mask) of the last frozen allow
         self._lock = threading.Lock()
         self._tls = threading.local()
 
@@ -309,24 +312,45 @@ class BM25Index:
             return self._view
 
     def _query_terms(self, query: str, v: _View):
+        """(term ids int64, weights idf * query count) of the query's indexed terms, heaviest first.
+
+        A query has a handful of terms: plain Python floats here cost less than
+        the fixed overhead of a dozen numpy calls on arrays of that size."""
         if not isinstance(query, str):
             raise TypeError(f"query must be str, got {type(query).__name__}")
         get = self._vocab.get
         counts: dict = {}
         for w in self.tokenizer(query):
             t = get(w)
-            if t is not None and t < v.df.shape[0] and v.df[t] > 0:
+            if t is not None:
                 counts[t] = counts.get(t, 0) + 1
-        tids = np.fromiter(counts.keys(), np.int64, len(counts))
-        qtf = np.fromiter(counts.values(), np.float64, len(counts))
-        df = v.df[tids].astype(np.float64)
-        w = np.log1p((v.n_live - df + 0.5) / (df + 0.5)) * qtf
-        order = np.argsort(-w, kind="stable")  # heaviest first, for early termination
-        return tids[order], w[order]
+        df, n_terms, n = v.df, v.df.shape[0], v.n_live
+        terms = []
+        for t, c in counts.items():
+            d = int(df[t]) if t < n_terms else 0  # terms only deleted rows held have df 0
+            if d > 0:
+                terms.append((t, log1p((n - d + 0.5) / (d + 0.5)) * c))
+        terms.sort(key=_minus_weight)  # heaviest first (stable), for early termination
+        return (np.array([t for t, _ in terms], np.int64).reshape(-1),
+                np.array([w for _, w in terms], np.float64).reshape(-1))
 
     def _keep(self, allow, v: _View):
+        """The uint8 mask of rows a search may score: live AND allowed."""
         if allow is None:
             return v.alive
+        if isinstance(allow, FrozenBitMap):
+            # Immutable, so its mask holds until the index changes (a new view): built once
+            # for a Collection snapshot's rows instead of an O(rows) pass per query.
+            cached = self._frozen_keep
+            if cached is not None and cached[0] is allow and cached[1] is v:
+                return cached[2]
+            keep = self._keep_of(allow, v)
+            self._frozen_keep = (allow, v, keep)
+            return keep
+        return self._keep_of(allow, v)
+
+    @staticmethod
+    def _keep_of(allow, v: _View):
         mask, ids = allow_arrays(allow, _allow_len(allow, v.n_rows))
         if mask is not None:
             return v.alive & mask[: v.n_rows]
@@ -520,6 +544,10 @@ class BM25Index:
         idx._total_len = int(doclen[alive].sum())
         idx._df_stale = True
         return idx
+
+
+def _minus_weight(term):
+    return -term[1]
 
 
 def _full_ptr(ptr, vocab_size):

@@ -36,16 +36,16 @@ import os
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyroaring import BitMap
+from pyroaring import BitMap, FrozenBitMap
 
 from ._arrays import as_vectors, check_k, check_threads
 from .dense import KINDS, exact_rows
+from .hits import Hit, HitBuilder
 from .sparse import BM25Sparse, indexed_texts
 from .errors import CorruptIndexError, VecsiftError
 from .filters import Filters, as_keys, bitmap_of, rows_of
@@ -60,41 +60,9 @@ SEGMENT_META = {b"vecsift_kind": b"segment", b"vecsift_format": str(FORMAT_VERSI
 EXACT_BELOW = 2048
 _PATTERNS = ("vectors-*.f32", "codes-*.bin", "hnsw-*.idx", "seg-*.arrow", "filters-*.bin", "bm25-*.bin", "*.tmp")
 MODES = ("dense", "sparse", "hybrid")
-
-
-@dataclass(slots=True)  # many are made per search: slots make that cheaper
-class Hit:
-    """One search result. score is a similarity (higher is better)."""
-
-    id: str
-    score: float
-    doc_id: str | None = None
-    text: str | None = None
-    metadata: dict = field(default_factory=dict)
-    provenance: dict = field(default_factory=dict)
-    tenant: str | None = None
-    dense_rank: int | None = None
-    sparse_rank: int | None = None
-
-    @property
-    def source(self):
-        return self.provenance.get("source")
-
-    @property
-    def heading_path(self):
-        return self.provenance.get("heading_path")
-
-    @property
-    def char_range(self):
-        a, b = self.provenance.get("char_start"), self.provenance.get("char_end")
-        return None if a is None and b is None else (a, b)
-
-    @property
-    def doc_type(self):
-        return self.provenance.get("doc_type")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
+# Hybrid batches at least this large run BM25 on a helper thread beside the dense stage;
+# for fewer queries the hand-off costs more than the overlap saves (bench_collection_sparse.py).
+HYBRID_PARALLEL_MIN = 8
 
 
 class _RWLock:
@@ -143,22 +111,13 @@ class _Snapshot:
     dense: object
     sparse: object
     filters: Filters
-    live: BitMap  # [0, n) minus deleted
+    live: FrozenBitMap  # [0, n) minus deleted; frozen, so indexes may cache what they derive from it
     full: bool  # nothing deleted: live is all of [0, n)
-    table: pa.Table  # chunk columns of the n rows
+    hits: HitBuilder  # over the chunk columns of the n rows
 
-    @cached_property
-    def present_columns(self) -> list:
-        """Columns holding at least one value; Hits skip the all-null ones (a take per column costs)."""
-        t = self.table
-        return [c for c in t.column_names if c == "id" or t.column(c).null_count < t.num_rows]
-
-    @cached_property
-    def live_mask(self) -> np.ndarray:
-        """live as a bool mask, built once per snapshot for unfiltered sparse searches."""
-        mask = np.zeros(self.n, bool)
-        mask[rows_of(self.live)] = True
-        return mask
+    @property
+    def table(self) -> pa.Table:
+        return self.hits.table
 
 
 _POOL = None
@@ -320,8 +279,7 @@ class Collection:
         self._path = path
         self._manifest = manifest
         self._vec, self._dense, self._sparse, self._filters = vec, dense, sparse, filters
-        self._tables = tables
-        self._table = _concat(tables)
+        self._use_tables(tables)
         self._schema = self._table.schema
         self._lock = lock
         self._closed = False
@@ -353,22 +311,27 @@ class Collection:
                     raise
         old_vec, old_dense = self._vec, self._dense
         dense.lock = self._rw
-        self._manifest, self._vec, self._dense, self._filters, self._tables = m, vec, dense, filters, tables
+        self._manifest, self._vec, self._dense, self._filters = m, vec, dense, filters
         self._sparse = sparse
-        self._table = _concat(tables)
+        self._use_tables(tables)
         self._schema = self._table.schema
         self._publish()
         old_vec.close()
         old_dense.close()
         return True
 
+    def _use_tables(self, tables) -> None:
+        """The committed chunk segments, their concatenation and its HitBuilder (kept until the next commit)."""
+        self._tables = tables
+        self._table = _concat(tables)
+        self._hits_of = HitBuilder(self._table)
+
     def _publish(self) -> None:
         """Swaps in a new snapshot of the committed rows and current deletes."""
         n = self._manifest["rows"]
-        deleted = self._filters.deleted
-        live = BitMap(range(n)) - deleted
+        live = FrozenBitMap(BitMap(range(n)) - self._filters.deleted)
         self._snap = _Snapshot(n, self._vec.view(n), self._dense, self._sparse, self._filters, live, len(live) == n,
-                               self._table)
+                               self._hits_of)
 
     @property
     def readonly(self) -> bool:
@@ -415,8 +378,7 @@ class Collection:
             self._manifest = m
             with self._rw.write():
                 self._dense.publish()
-            self._tables = new_tables
-            self._table = _concat(new_tables)
+            self._use_tables(new_tables)
             self._pending, self._replaced, self._dirty = [], BitMap(), False
             self._publish()
             self._remove_files(old, m)
@@ -454,8 +416,8 @@ class Collection:
             self._closed = True
             # drop the snapshot so the float32 mapping goes once no search holds it
             self._snap = _Snapshot(0, np.empty((0, self.dim), np.float32), self._dense, self._sparse, Filters(),
-                                   BitMap(), True, _concat([]))
-            self._table = self._tables = None
+                                   FrozenBitMap(), True, HitBuilder(_concat([])))
+            self._table = self._tables = self._hits_of = None
             self._vec.close()
             self._dense.close()
             if self._lock is not None:
@@ -768,8 +730,7 @@ class Collection:
             old_manifest, old_vec, old_dense = self._manifest, self._vec, self._dense
             self._manifest, self._vec, self._dense, self._filters = m, vec, dense, filters
             self._sparse = sparse
-            self._tables = [_read_segment(seg_path, m["segments"][0])]
-            self._table = _concat(self._tables)
+            self._use_tables([_read_segment(seg_path, m["segments"][0])])
             self._publish()  # running searches keep the old snapshot, files and index
             old_vec.close()
             old_dense.close()
@@ -852,35 +813,32 @@ class Collection:
             out = []
             for t in texts:
                 rows, scores = self._sparse_rows(snap, t, k, allow)
-                out += self._hits(snap, rows[None], scores[None], sparse_ranks=np.arange(1, len(rows) + 1)[None])
+                out.append(snap.hits.build(rows, scores.tolist(), sparse_ranks=range(1, len(rows) + 1)))
             return out
         c = check_k(candidates)
         if c < k:
             raise ValueError(f"candidates ({c}) must be >= k ({k})")
         from .fusion import rrf
 
-        # BM25 (numba, GIL released) runs on a helper thread while the dense stage runs here
-        sparse = _pool().submit(lambda: [self._sparse_rows(snap, t, c, allow)[0] for t in texts])
-        drows, _ = self._dense_rows(snap, q, c, allow, ef, oversample, threads)
-        slists = sparse.result()
+        sparse = lambda: [self._sparse_rows(snap, t, c, allow)[0] for t in texts]  # noqa: E731
+        if threads == 1 or nq < HYBRID_PARALLEL_MIN:
+            slists = sparse()
+            drows, _ = self._dense_rows(snap, q, c, allow, ef, oversample, threads)
+        else:  # BM25 (numba, GIL released) on a helper thread while the dense stage runs here
+            pending = _pool().submit(sparse)
+            drows, _ = self._dense_rows(snap, q, c, allow, ef, oversample, threads)
+            slists = pending.result()
         out = []
         for i in range(nq):
-            srows = slists[i]
-            ids, fused, ranks = rrf([drows[i], srows], k=rrf_k, weights=weights, top_n=k, return_ranks=True)
-            out += self._hits(snap, ids[None], fused[None], dense_ranks=ranks[None, :, 0],
-                              sparse_ranks=ranks[None, :, 1])
+            ids, fused, ranks = rrf([drows[i], slists[i]], k=rrf_k, weights=weights, top_n=k, return_ranks=True)
+            out.append(snap.hits.build(ids, fused.tolist(), ranks[:, 0].tolist(), ranks[:, 1].tolist()))
         return out
 
     def _sparse_rows(self, snap, text, k, allow):
+        # allow never holds rows past snap.n, so rows a commit in progress has indexed stay out;
+        # the unfiltered allow (snap.live, frozen) is turned into BM25's mask once per snapshot
         if len(allow) == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
-        if allow is snap.live:
-            # unfiltered: a cached mask instead of converting the bitmap per query; rows a
-            # commit in progress has indexed past snap.n stay out (padded False)
-            allow = snap.live_mask
-            extra = snap.sparse.index.n_rows - len(allow)
-            if extra > 0:
-                allow = np.concatenate([allow, np.zeros(extra, bool)])
         return snap.sparse.search(text, k, allow)
 
     def _dense_rows(self, snap, q, k, allow, ef, oversample, threads):
@@ -911,42 +869,15 @@ class Collection:
                                      oversample=oversample, threads=threads)
 
     def _hits(self, snap, rows, scores, dense_ranks=None, sparse_ranks=None) -> list:
-        """Hits per query row; rows -1 are padding, ranks 0 mean 'not returned by that retriever'."""
+        """Hits per query row of (q, k) arrays; rows -1 are padding, ranks 0 mean 'not returned by that retriever'."""
         rows = np.asarray(rows)
-        valid = rows >= 0
-        flat = rows[valid]
-        if flat.size == 0:
-            return [[] for _ in range(len(rows))]
-        cols = snap.present_columns
-        taken = snap.table.select(cols).take(pa.array(flat))
-        data = {c: taken.column(c).to_pylist() for c in cols}
-        none = [None] * len(flat)
-        col = lambda c: data.get(c, none)  # noqa: E731
-        ids, doc_ids, tenants = col("id"), col("doc_id"), col("tenant")
-        texts, display = col("text"), col("display_text")
-        meta = [(c[len(META):], data[c]) for c in cols if c.startswith(META)]
-        prov = [(p, data[p]) for p in PROVENANCE if p in data]
-
-        # Plain lists once: indexing numpy scalars per hit costs more than the Hit itself.
-        score_l, valid_l = np.asarray(scores).tolist(), valid.tolist()
-        no_ranks = [[0] * rows.shape[1]] * len(rows)
-        dr = no_ranks if dense_ranks is None else np.asarray(dense_ranks).tolist()
-        sr = no_ranks if sparse_ranks is None else np.asarray(sparse_ranks).tolist()
-        out, i = [], 0
+        out = []
         for qi in range(len(rows)):
-            hits = []
-            for j, ok in enumerate(valid_l[qi]):
-                if not ok:
-                    continue
-                hits.append(Hit(
-                    id=ids[i], score=score_l[qi][j], doc_id=doc_ids[i],
-                    text=display[i] if display[i] is not None else texts[i],
-                    metadata={m: v[i] for m, v in meta if v[i] is not None} if meta else {},
-                    provenance={p: v[i] for p, v in prov if v[i] is not None} if prov else {},
-                    tenant=tenants[i], dense_rank=dr[qi][j] or None, sparse_rank=sr[qi][j] or None,
-                ))
-                i += 1
-            out.append(hits)
+            ok = rows[qi] >= 0
+            sel = slice(None) if ok.all() else ok
+            scores_, dense_, sparse_ = (None if a is None else np.asarray(a[qi])[sel].tolist()
+                                        for a in (scores, dense_ranks, sparse_ranks))
+            out.append(snap.hits.build(rows[qi][sel], scores_, dense_, sparse_))
         return out
 
     def __repr__(self) -> str:

@@ -39,34 +39,10 @@ def rrf(ranked_lists, k: float = 60, weights=None, top_n=None, return_ranks: boo
     if top_n is not None and (isinstance(top_n, bool) or int(top_n) != top_n or top_n < 0):
         raise ValueError(f"top_n must be a non-negative integer or None, got {top_n!r}")
 
-    ids_parts, rank_parts, list_parts = [], [], []
-    for li, r in enumerate(lists):
-        r = r.astype(np.int64)
-        pos = np.flatnonzero(r >= 0)
-        ids, first = np.unique(r[pos], return_index=True)  # first occurrence per id
-        ids_parts.append(ids)
-        rank_parts.append(pos[first] + 1)
-        list_parts.append(np.full(ids.shape[0], li))
-    if not ids_parts or sum(p.size for p in ids_parts) == 0:
-        e = np.empty(0, np.int64)
-        out = (e, np.empty(0, np.float64))
-        return out + (np.zeros((0, len(lists)), np.int64),) if return_ranks else out
-    all_ids = np.concatenate(ids_parts)
-    all_ranks = np.concatenate(rank_parts)
-    all_lists = np.concatenate(list_parts)
-    uniq, inv = np.unique(all_ids, return_inverse=True)
-    contrib = w[all_lists] / (k + all_ranks)
-    # Sum in list order so the result does not depend on summation order quirks.
-    scores = np.zeros(uniq.shape[0])
-    np.add.at(scores, inv, contrib)
-    best = np.full(uniq.shape[0], np.iinfo(np.int64).max)
-    np.minimum.at(best, inv, all_ranks)
-    order = np.lexsort((uniq, best, -scores))
-    if top_n is not None:
-        order = order[: int(top_n)]
-    out = (uniq[order], scores[order])
-    if not return_ranks:
-        return out
-    ranks = np.zeros((uniq.shape[0], len(lists)), np.int64)
-    ranks[inv, all_lists] = all_ranks
-    return out + (ranks[order],)
+    from ._fusion_kernels import fuse  # numba, loaded on first use
+
+    bounds = np.zeros(len(lists) + 1, np.int64)
+    np.cumsum([r.size for r in lists], out=bounds[1:])
+    flat = np.concatenate(lists).astype(np.int64, copy=False) if lists else np.empty(0, np.int64)
+    ids, scores, ranks = fuse(flat, bounds, w, float(k), -1 if top_n is None else int(top_n))
+    return (ids, scores, ranks) if return_ranks else (ids, scores)
