@@ -1,11 +1,14 @@
 """Collection.search in sparse and hybrid mode against BM25Index.search (issue 5 bar: sparse within 1.5x).
 
-    python bench/bench_collection_sparse.py [--reps 5]
+    python bench/bench_collection_sparse.py [--reps 7]
 
 Same corpus (the committed docstring set), same queries, single thread, one
-query per call, interleaved per repetition, medians. The Collection path adds
-the allow-set computation, the BM25 stage inside the collection and building
-Hit objects (text, provenance) for the k results.
+query per call. Interleaved in blocks of 50 queries (A, B, C, D over a block,
+the starting one rotating), so drift on a shared machine hits all alike; per
+repetition each path's total over all queries, then medians, and the median of
+the per-repetition ratios. The Collection path adds the allow-set computation,
+the BM25 stage inside the collection and building the Hit objects (id, text,
+ranks) of the k results.
 """
 from __future__ import annotations
 
@@ -24,16 +27,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_bm25 import load_set  # noqa: E402
 
 
-def per_query_us(fn, queries):
-    t0 = time.perf_counter()
-    for q in queries:
-        fn(q)
-    return (time.perf_counter() - t0) / len(queries) * 1e6
+def interleaved_blocks(runs: dict, queries, reps: int, block: int = 50) -> dict:
+    """{name: [us per query of each repetition]}."""
+    names = list(runs)
+    out = {name: [] for name in names}
+    for _ in range(reps):
+        total = dict.fromkeys(names, 0.0)
+        for b, start in enumerate(range(0, len(queries), block)):
+            chunk = queries[start:start + block]
+            for name in names[b % len(names):] + names[:b % len(names)]:
+                fn = runs[name]
+                t0 = time.perf_counter()
+                for q in chunk:
+                    fn(q)
+                total[name] += time.perf_counter() - t0
+        for name in names:
+            out[name].append(total[name] / len(queries) * 1e6)
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=7)
     args = ap.parse_args()
     docs, queries, _, dv, qv = load_set()
     index = vecsift.BM25Index()
@@ -54,18 +69,16 @@ def main():
         for q in queries[:50]:
             rows, _ = index.search(q, k=10)
             assert [h.id for h in coll.search(text=q, k=10, mode="sparse")] == [str(r) for r in rows]
-        for fn in runs.values():
-            per_query_us(fn, queries[:100])  # warm-up (numba compile, page cache)
-        times = {name: [] for name in runs}
-        for _ in range(args.reps):
-            for name, fn in runs.items():
-                times[name].append(per_query_us(fn, queries))
+        for fn in runs.values():  # warm-up (numba compile, page cache)
+            for q in queries[:100]:
+                fn(q)
+        times = interleaved_blocks(runs, queries, args.reps)
         coll.close()
-    base = statistics.median(times["BM25Index.search"])
+    base = times["BM25Index.search"]
     print(f"{len(docs)} documents, {len(queries)} queries, k=10, one query per call, median of {args.reps}")
     for name, t in times.items():
-        m = statistics.median(t)
-        print(f"  {name:<20} {m:8.1f} us/query   {m / base:5.2f}x BM25Index.search")
+        ratio = statistics.median([a / b for a, b in zip(t, base)])
+        print(f"  {name:<20} {statistics.median(t):8.1f} us/query   {ratio:5.2f}x BM25Index.search")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pyroaring import BitMap
+from pyroaring import BitMap, FrozenBitMap
 
 import vecsift
 from vecsift import BM25Index, CorruptIndexError
@@ -132,6 +132,24 @@ def test_filtered_search_never_returns_disallowed(index):
         index.search(q, 10, allow=np.ones(3, bool))
     with pytest.raises(TypeError):
         index.search(q, 10, allow=np.ones(3, np.float32))
+
+
+def test_frozen_allow_mask_follows_deletes_and_adds():
+    # A FrozenBitMap's mask is cached; a delete or add (a new view) must not be hidden by it.
+    idx = BM25Index()
+    idx.add(DOCS[:300])
+    frozen = FrozenBitMap(range(0, 300, 2))
+    q = "Return the value of the attribute"
+    first, _ = idx.search(q, 20, allow=frozen)
+    assert first.size and set(first.tolist()) <= set(frozen)
+    np.testing.assert_array_equal(first, idx.search(q, 20, allow=BitMap(frozen))[0])
+    idx.delete(first[:3])
+    after, _ = idx.search(q, 20, allow=frozen)
+    assert not set(after.tolist()) & set(first[:3].tolist())
+    np.testing.assert_array_equal(after, idx.search(q, 20, allow=BitMap(frozen))[0])
+    idx.add([DOCS[int(first[3])]] * 5, ids=range(300, 305))  # new rows outside the frozen set
+    assert not set(idx.search(q, 50, allow=frozen)[0].tolist()) & set(range(300, 305))
+    assert set(range(300, 305)) <= set(idx.search(q, 50, allow=FrozenBitMap(range(400)))[0].tolist())
 
 
 def test_deletes_update_statistics():

@@ -49,6 +49,41 @@ def test_rrf_matches_brute_force():
     assert (np.diff(scores) <= 0).all()
 
 
+def rrf_reference(lists, k=60, weights=None):
+    """Plain-Python RRF: [(id, score, ranks)] ordered by score, best rank, id."""
+    weights = [1.0] * len(lists) if weights is None else weights
+    score, ranks = {}, {}
+    for li, (w, r) in enumerate(zip(weights, lists)):
+        for pos, d in enumerate(r, 1):
+            if d < 0:
+                continue
+            rk = ranks.setdefault(d, [0] * len(lists))
+            if rk[li] == 0:  # first occurrence in this list
+                rk[li] = pos
+                score[d] = score.get(d, 0.0) + w / (k + pos)
+    best = {d: min(r for r in rk if r) for d, rk in ranks.items()}
+    return sorted(((d, score[d], ranks[d]) for d in score), key=lambda x: (-x[1], best[x[0]], x[0]))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rrf_order_ranks_and_ties_match_reference(seed):
+    rng = np.random.default_rng(seed)
+    big = seed % 2 == 1  # ids near 2**63 take the stable-sort path instead of composite keys
+    base = (2**63 - 1000) if big else 0
+    lists = []
+    for _ in range(int(rng.integers(1, 5))):
+        r = base + rng.integers(0, 40, int(rng.integers(0, 60)))  # repeats and ties are common
+        r[rng.random(r.size) < 0.1] = -1
+        lists.append(r.astype(np.int64))
+    weights = [float(w) for w in rng.choice([0.0, 0.5, 1.0, 2.0], len(lists))]
+    for top_n in (None, 0, 5):
+        ids, scores, ranks = rrf(lists, k=60, weights=weights, top_n=top_n, return_ranks=True)
+        want = rrf_reference([r.tolist() for r in lists], 60, weights)[: top_n]
+        assert ids.tolist() == [d for d, _, _ in want]
+        np.testing.assert_allclose(scores, [s for _, s, _ in want], rtol=1e-15)
+        assert ranks.tolist() == [rk for _, _, rk in want]
+
+
 def test_hybrid_finds_what_each_retriever_alone_misses():
     texts = [
         "Error TS-999 means the upload token expired; sign in again.",   # literal

@@ -71,15 +71,36 @@ def fuse(flat, bounds, weights, k, top_n):
         scores[g] += weights[li] / (k + r)
         if r < best[g]:
             best[g] = r
-    # Best first: sort by score, then put each run of equal scores in (best rank, id) order.
-    final = np.argsort(-scores)
-    for j in range(1, n_uniq):
-        x = final[j]
-        i = j - 1
-        while i >= 0 and _better(scores[x], best[x], ids[x], scores[final[i]], best[final[i]], ids[final[i]]):
-            final[i + 1] = final[i]
-            i -= 1
-        final[i + 1] = x
     if 0 <= top_n < n_uniq:
-        final = final[:top_n]
+        final = _best_few(scores, best, ids, top_n)
+    else:
+        # Best first: sort by score, then put each run of equal scores in (best rank, id) order.
+        final = np.argsort(-scores)
+        for j in range(1, n_uniq):
+            x = final[j]
+            i = j - 1
+            while i >= 0 and _better(scores[x], best[x], ids[x], scores[final[i]], best[final[i]], ids[final[i]]):
+                final[i + 1] = final[i]
+                i -= 1
+            final[i + 1] = x
     return ids[final], scores[final], ranks[final]
+
+
+@njit(cache=True, nogil=True)
+def _best_few(scores, best, ids, n):
+    """Indices of the n best groups, best first (insertion into a sorted list of n: top_n is small)."""
+    out = np.empty(n, np.int64)
+    if n == 0:
+        return out
+    have = 0
+    for x in range(scores.shape[0]):
+        if have == n and not _better(scores[x], best[x], ids[x], scores[out[n - 1]], best[out[n - 1]], ids[out[n - 1]]):
+            continue
+        i = have - 1 if have < n else n - 2
+        while i >= 0 and _better(scores[x], best[x], ids[x], scores[out[i]], best[out[i]], ids[out[i]]):
+            out[i + 1] = out[i]
+            i -= 1
+        out[i + 1] = x
+        if have < n:
+            have += 1
+    return out

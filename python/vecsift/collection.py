@@ -806,14 +806,13 @@ class Collection:
         allow = self._allow(snap, tenant, groups, where)
         if mode == "dense":
             rows, scores = self._dense_rows(snap, q, k, allow, ef, oversample, threads)
-            ranks = np.broadcast_to(np.arange(1, k + 1), rows.shape)
-            return self._hits(snap, rows, scores, dense_ranks=ranks)
+            return self._dense_hits(snap, rows, scores)
         nq = len(texts)
         if mode == "sparse":
             out = []
             for t in texts:
                 rows, scores = self._sparse_rows(snap, t, k, allow)
-                out.append(snap.hits.build(rows, scores.tolist(), sparse_ranks=range(1, len(rows) + 1)))
+                out.append(snap.hits.build(rows, scores.tolist(), sparse_ranks=list(range(1, len(rows) + 1))))
             return out
         c = check_k(candidates)
         if c < k:
@@ -831,7 +830,8 @@ class Collection:
         out = []
         for i in range(nq):
             ids, fused, ranks = rrf([drows[i], slists[i]], k=rrf_k, weights=weights, top_n=k, return_ranks=True)
-            out.append(snap.hits.build(ids, fused.tolist(), ranks[:, 0].tolist(), ranks[:, 1].tolist()))
+            dense_ranks, sparse_ranks = ([r or None for r in col] for col in ranks.T.tolist())
+            out.append(snap.hits.build(ids, fused.tolist(), dense_ranks, sparse_ranks))
         return out
 
     def _sparse_rows(self, snap, text, k, allow):
@@ -862,22 +862,22 @@ class Collection:
             over = 1
         if n_allowed <= max(k * over, EXACT_BELOW):
             # a very selective filter: score every allowed row exactly
-            return exact_rows(snap.vectors, q, rows_of(allow), k, self.metric)
+            return exact_rows(snap.vectors, q, rows_of(allow), k, self.metric, threads)
         with self._rw.read():
             clip = not (allow is snap.live and snap.full and snap.dense.size == snap.n and not snap.dense.growing)
             return snap.dense.search(snap.vectors, q, k, allow if clip else None, n_allowed, ef=ef,
                                      oversample=oversample, threads=threads)
 
-    def _hits(self, snap, rows, scores, dense_ranks=None, sparse_ranks=None) -> list:
-        """Hits per query row of (q, k) arrays; rows -1 are padding, ranks 0 mean 'not returned by that retriever'."""
+    def _dense_hits(self, snap, rows, scores) -> list:
+        """Hits per query row of (q, k) dense results; rows -1 are padding, the rank is the position."""
         rows = np.asarray(rows)
         out = []
         for qi in range(len(rows)):
             ok = rows[qi] >= 0
             sel = slice(None) if ok.all() else ok
-            scores_, dense_, sparse_ = (None if a is None else np.asarray(a[qi])[sel].tolist()
-                                        for a in (scores, dense_ranks, sparse_ranks))
-            out.append(snap.hits.build(rows[qi][sel], scores_, dense_, sparse_))
+            r = rows[qi][sel]
+            ranks = list(range(1, len(r) + 1))
+            out.append(snap.hits.build(r, np.asarray(scores[qi])[sel].tolist(), dense_ranks=ranks))
         return out
 
     def __repr__(self) -> str:

@@ -8,6 +8,9 @@ of incomparable scores (BM25 and cosine) fuse without calibration.
 """
 from __future__ import annotations
 
+from itertools import accumulate
+from math import isfinite
+
 import numpy as np
 
 
@@ -24,9 +27,11 @@ def rrf(ranked_lists, k: float = 60, weights=None, top_n=None, return_ranks: boo
     """
     lists = [np.asarray(r).ravel() for r in ranked_lists]
     for i, r in enumerate(lists):
-        if r.size and not np.issubdtype(r.dtype, np.integer):
+        if r.size and r.dtype.kind not in "iu":
             raise TypeError(f"ranked_lists[{i}] must hold integer ids, got dtype {r.dtype}")
-    if isinstance(k, bool) or not np.isfinite(k) or k < 0:
+        if r.dtype == np.uint64 and r.size and r.max() >= 2**63:
+            raise ValueError(f"ranked_lists[{i}] holds an id >= 2**63 (ids are int64)")
+    if isinstance(k, bool) or not isinstance(k, (int, float, np.integer, np.floating)) or not isfinite(k) or k < 0:
         raise ValueError(f"k must be a finite number >= 0, got {k!r}")
     if weights is None:
         w = np.ones(len(lists))
@@ -38,11 +43,14 @@ def rrf(ranked_lists, k: float = 60, weights=None, top_n=None, return_ranks: boo
             raise ValueError("weights must be finite and >= 0")
     if top_n is not None and (isinstance(top_n, bool) or int(top_n) != top_n or top_n < 0):
         raise ValueError(f"top_n must be a non-negative integer or None, got {top_n!r}")
-
-    from ._fusion_kernels import fuse  # numba, loaded on first use
-
-    bounds = np.zeros(len(lists) + 1, np.int64)
-    np.cumsum([r.size for r in lists], out=bounds[1:])
+    sizes = [0] + [r.size for r in lists]
+    bounds = np.array(list(accumulate(sizes)), np.int64)
     flat = np.concatenate(lists).astype(np.int64, copy=False) if lists else np.empty(0, np.int64)
-    ids, scores, ranks = fuse(flat, bounds, w, float(k), -1 if top_n is None else int(top_n))
+    ids, scores, ranks = _kernels().fuse(flat, bounds, w, float(k), -1 if top_n is None else int(top_n))
     return (ids, scores, ranks) if return_ranks else (ids, scores)
+
+
+def _kernels():
+    from . import _fusion_kernels  # numba, loaded on first use so `import vecsift` does not pay for it
+
+    return _fusion_kernels

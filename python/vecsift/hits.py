@@ -66,8 +66,8 @@ class HitBuilder:
     def build(self, rows, scores: list, dense_ranks=None, sparse_ranks=None) -> list:
         """Hits for one query, in the order of rows (int64, no padding).
 
-        scores: a list of floats; ranks: sequences of 1-based ranks, 0 or None
-        where that retriever did not return the row, or None for all."""
+        scores: a list of floats; ranks: lists of 1-based ranks with None where
+        that retriever did not return the row, or None for all rows."""
         n = len(rows)
         if n == 0:
             return []
@@ -87,7 +87,5 @@ class HitBuilder:
             provs = [{p: v[i] for p, v in cols if v[i] is not None} for i in range(n)]
         else:
             provs = [{} for _ in range(n)]
-        dense = none if dense_ranks is None else [r or None for r in dense_ranks]
-        sparse = none if sparse_ranks is None else [r or None for r in sparse_ranks]
         return list(map(Hit, data["id"], scores, get("doc_id", none), texts, metas, provs, get("tenant", none),
-                        dense, sparse))
+                        none if dense_ranks is None else dense_ranks, none if sparse_ranks is None else sparse_ranks))
