@@ -152,6 +152,41 @@ def test_frozen_allow_mask_follows_deletes_and_adds():
     assert set(range(300, 305)) <= set(idx.search(q, 50, allow=FrozenBitMap(range(400)))[0].tolist())
 
 
+def test_allowed_statistics_equal_an_index_of_only_the_allowed_rows():
+    rng = np.random.default_rng(5)
+    idx = BM25Index()
+    idx.add(DOCS[:400])
+    idx.merge()
+    idx.add(DOCS[400:500], ids=range(400, 500))  # a tail segment too
+    dead = set(range(0, 500, 7))
+    idx.delete(sorted(dead))
+    for sel in (0.02, 0.3, 1.0):
+        allowed = [r for r in range(500) if rng.random() < sel]
+        live = [r for r in allowed if r not in dead]
+        alone = BM25Index()
+        alone.add([DOCS[r] for r in live], ids=live)
+        forms = (BitMap(allowed), FrozenBitMap(allowed), np.isin(np.arange(500), allowed), np.array(allowed))
+        for q in QUERIES[:25]:
+            want = alone.search(q, 10)
+            for allow in forms:
+                got = idx.search(q, 10, allow=allow, statistics="allowed")
+                np.testing.assert_array_equal(got[0], want[0])
+                np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+            batch = idx.search_batch([q, q], 10, allow=BitMap(allowed), statistics="allowed")
+            np.testing.assert_array_equal(batch[0][0, : want[0].size], want[0])
+    # every live row allowed: the index's own statistics, bit for bit
+    q = QUERIES[3]
+    full = idx.search(q, 10, allow=BitMap(range(500)), statistics="allowed")
+    np.testing.assert_array_equal(full[1], idx.search(q, 10)[1])
+    # the default still scores filtered rows with the whole index's statistics
+    some = BitMap(range(0, 500, 2))
+    np.testing.assert_array_equal(idx.search(q, 10, allow=some)[1],
+                                  idx.search(q, 10, allow=some, statistics="index")[1])
+    with pytest.raises(ValueError, match="statistics"):
+        idx.search(q, 10, statistics="tenant")
+    assert idx.search(q, 10, allow=BitMap(), statistics="allowed")[0].size == 0
+
+
 def test_deletes_update_statistics():
     idx = BM25Index()
     idx.add(DOCS[:300])

@@ -123,3 +123,24 @@ def test_tenant_and_acl_together(tmp_path):
     hits = c.search(x[0], k=500, tenant="a", groups=["g1"])
     assert {int(h.id[1:]) for h in hits} == set(range(1, 250, 2))
     c.close()
+
+
+def test_other_tenants_text_never_moves_bm25_scores(tmp_path):
+    # With index-wide statistics, tenant B writing "merger" a thousand times would lower
+    # the idf A's "merger" query sees: A could learn what B writes. Scores must not move.
+    rng = np.random.default_rng(0)
+    words = "alpha beta gamma delta merger audit budget office".split()
+    def texts(n):
+        return [" ".join(rng.choice(words, 12)) for _ in range(n)]
+    c = vecsift.Collection.create(tmp_path / "bm", 8)
+    c.add([f"a{i}" for i in range(300)], clustered(300, 8, seed=4), texts=texts(300), tenant="A")
+    c.commit()
+    before = [(h.id, h.score) for h in c.search(text="merger audit", k=20, tenant="A")]
+    c.add([f"b{i}" for i in range(2000)], clustered(2000, 8, seed=5), texts=["merger " * 50] * 2000, tenant="B")
+    c.commit()
+    after = [(h.id, h.score) for h in c.search(text="merger audit", k=20, tenant="A")]
+    assert len(before) == 20 and after == before
+    hybrid = c.search(vector=clustered(1, 8, seed=6)[0], text="merger audit", k=20, tenant="A")
+    assert all(h.id.startswith("a") for h in hybrid)
+    c.close()
+

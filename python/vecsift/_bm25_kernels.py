@@ -93,7 +93,24 @@ def live_df(ptr, docs, alive, out):
 
 
 @njit(cache=True, nogil=True)
-def _accumulate(ptr, docs, tfs, t, w, norm, keep, acc, touched, nt):
+def kept_df(a_ptr, a_docs, b_ptr, b_docs, tids, keep):
+    """Per term of tids: how many of its rows (both segments) have keep[row] != 0."""
+    out = np.zeros(tids.shape[0], np.int64)
+    for i in range(tids.shape[0]):
+        t = tids[i]
+        c = 0
+        if t < a_ptr.shape[0] - 1:
+            for j in range(a_ptr[t], a_ptr[t + 1]):
+                c += keep[a_docs[j]] != 0
+        if t < b_ptr.shape[0] - 1:
+            for j in range(b_ptr[t], b_ptr[t + 1]):
+                c += keep[b_docs[j]] != 0
+        out[i] = c
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _accumulate(ptr, docs, tfs, t, w, dl, c0, c1, keep, acc, touched, nt):
     if t >= ptr.shape[0] - 1:
         return nt
     for j in range(ptr[t], ptr[t + 1]):
@@ -103,7 +120,7 @@ def _accumulate(ptr, docs, tfs, t, w, norm, keep, acc, touched, nt):
             if acc[d] == 0.0:
                 touched[nt] = d
                 nt += 1
-            acc[d] += w * tf / (tf + norm[d])
+            acc[d] += w * tf / (tf + c0 + c1 * dl[d])
     return nt
 
 
@@ -203,7 +220,7 @@ def _prune(acc, touched, nt, k, bound):
 
 
 @njit(cache=True, nogil=True)
-def _finish_candidates(a_ptr, a_docs, a_tfs, b_ptr, b_docs, b_tfs, tids, weights, norm, k,
+def _finish_candidates(a_ptr, a_docs, a_tfs, b_ptr, b_docs, b_tfs, tids, weights, dl, c0, c1, k,
                        acc, touched, nt, i, rem, theta):
     """Terms i.. for the rows seen so far only, dropping rows that can no longer
     reach the top k after each term. A row is a candidate while acc[row] != 0."""
@@ -227,30 +244,32 @@ def _finish_candidates(a_ptr, a_docs, a_tfs, b_ptr, b_docs, b_tfs, tids, weights
                     d = touched[c]
                     tf = _lookup(ptr, docs, tfs, t, d)
                     if tf > 0:
-                        acc[d] += w * tf / (tf + norm[d])
+                        acc[d] += w * tf / (tf + c0 + c1 * dl[d])
             else:  # many: one pass over the list, touching candidates only
                 for jj in range(ptr[t], ptr[t + 1]):
                     d = docs[jj]
                     if acc[d] != 0.0:
                         tf = tfs[jj]
-                        acc[d] += w * tf / (tf + norm[d])
+                        acc[d] += w * tf / (tf + c0 + c1 * dl[d])
         if j + 1 < tids.shape[0]:
             nc = _prune(acc, touched, nc, k, rem[j + 1])
     return nc
 
 
 @njit(cache=True, nogil=True)
-def score_topk(a_ptr, a_docs, a_tfs, b_ptr, b_docs, b_tfs, tids, weights, norm, keep, k,
+def score_topk(a_ptr, a_docs, a_tfs, b_ptr, b_docs, b_tfs, tids, weights, dl, c0, c1, keep, k,
                acc, touched, prune_min):
     """Exact BM25 top-k of one query over two segments.
 
     tids / weights: the query's term ids and weights (idf times query count),
-    heaviest first. norm[d] = k1 * (1 - b + b * dl / avgdl). acc (float64) and
+    heaviest first. Row d's length norm k1 * (1 - b + b * dl[d] / avgdl) is
+    c0 + c1 * dl[d] (c0 = k1 (1 - b), c1 = k1 b / avgdl), so statistics of a
+    subset (another avgdl) need no per-row array. acc (float64) and
     touched (int64) are scratch with one entry per row; acc must be all zero
     on entry and is all zero again on return.
 
     Term at a time with Moffat-Zobel style early termination: a term adds less
-    than its weight to any row (tf / (tf + norm) < 1), so once the weights of
+    than its weight to any row (tf / (tf + norm) <= 1), so once the weights of
     the terms still to come sum to at most the current k-th best score, no row
     not yet seen can enter the top k. From then on only the rows that still can
     (score + remaining weight > k-th best) are finished, by binary search in
@@ -277,8 +296,8 @@ def score_topk(a_ptr, a_docs, a_tfs, b_ptr, b_docs, b_tfs, tids, weights, norm, 
                 theta = _kth_score(acc, touched, nt, k)
                 if rem[i] <= theta:
                     break
-        nt = _accumulate(a_ptr, a_docs, a_tfs, t, weights[i], norm, keep, acc, touched, nt)
-        nt = _accumulate(b_ptr, b_docs, b_tfs, t, weights[i], norm, keep, acc, touched, nt)
+        nt = _accumulate(a_ptr, a_docs, a_tfs, t, weights[i], dl, c0, c1, keep, acc, touched, nt)
+        nt = _accumulate(b_ptr, b_docs, b_tfs, t, weights[i], dl, c0, c1, keep, acc, touched, nt)
         i += 1
     mk = min(k, nt)
     hs = np.empty(mk, np.float64)
@@ -286,7 +305,7 @@ def score_topk(a_ptr, a_docs, a_tfs, b_ptr, b_docs, b_tfs, tids, weights, norm, 
     n = 0
     if i < m:
         nt = _finish_candidates(a_ptr, a_docs, a_tfs, b_ptr, b_docs, b_tfs, tids, weights,
-                                norm, k, acc, touched, nt, i, rem, theta)
+                                dl, c0, c1, k, acc, touched, nt, i, rem, theta)
     for c in range(nt):
         d = touched[c]
         s = acc[d]

@@ -12,7 +12,11 @@ the number of live rows containing t. This is Lucene's BM25 (Lucene >= 8,
 which drops the constant (k1 + 1) numerator factor; bm25s method="lucene"
 computes the same), except that dl is exact instead of Lucene's one-byte
 encoding. Defaults k1 = 1.2, b = 0.75. N, avgdl and df always describe the
-live rows: adds and deletes update them, so idf never drifts.
+live rows: adds and deletes update them, so idf never drifts. With
+statistics="allowed" they describe only the live rows the search's allow set
+admits (df counted in the query terms' postings at search time), so a score
+equals that of an index holding just those rows; a Collection searches this
+way, so no tenant's or ACL group's text moves another's scores.
 
 Rows are integer row numbers chosen by the caller (a Collection's row ids) or
 assigned 0, 1, 2, ... A row is added once; deleted rows are never scored and
@@ -68,13 +72,29 @@ def _kernels():
     return _bm25_kernels
 
 
+class _Scope:
+    """The rows one search may score (keep: uint8 mask over rows) and the
+    statistics it scores with: N = n rows of average length avgdl; local means
+    they (and df) are those of the kept rows rather than of the whole index."""
+    __slots__ = ("keep", "n", "avgdl", "local")
+
+    def __init__(self, keep, n, avgdl, local):
+        self.keep, self.n, self.avgdl, self.local = keep, n, avgdl, local
+
+
 class _View:
     """An immutable snapshot a search reads, rebuilt after each write."""
-    __slots__ = ("a", "t", "norm", "alive", "df", "n_live", "n_rows")
+    __slots__ = ("a", "t", "dl", "alive", "df", "n_live", "n_rows", "everything")
 
-    def __init__(self, a, t, norm, alive, df, n_live, n_rows):
-        self.a, self.t, self.norm, self.alive = a, t, norm, alive
+    def __init__(self, a, t, dl, alive, df, n_live, n_rows, avgdl):
+        self.a, self.t, self.dl, self.alive = a, t, dl, alive
         self.df, self.n_live, self.n_rows = df, n_live, n_rows
+        self.everything = _Scope(alive, n_live, avgdl, False)
+
+
+def _avgdl(total_len: int, n: int) -> float:
+    avgdl = total_len / n if n else 1.0
+    return avgdl if avgdl > 0 else 1.0
 
 
 class BM25Index:
@@ -110,7 +130,7 @@ class BM25Index:
         self._df = np.zeros(0, np.int64)
         self._df_stale = False
         self._view = None
-        self._frozen_keep = None  # (FrozenBitMap, view, mask) of the last frozen allow
+        self._frozen_scope = None  # (FrozenBitMap, view, statistics, _Scope) of the last frozen allow
         self._lock = threading.Lock()
         self._tls = threading.local()
 
@@ -303,16 +323,14 @@ class BM25Index:
                     K.live_df(self._a[0], self._a[1], alive, df)
                     K.live_df(self._t[0], self._t[1], alive, df)
                     self._df, self._df_stale = df, False
-                avgdl = self._total_len / self._n_live if self._n_live else 1.0
-                if avgdl <= 0:
-                    avgdl = 1.0
-                norm = self.k1 * (1.0 - self.b + self.b * self._doclen[:n] / avgdl)
-                self._view = _View(self._a, self._t, norm.astype(np.float64), alive,
-                                   self._df, self._n_live, n)
+                # rows are written once, so the slice of doclen stays valid for this view
+                self._view = _View(self._a, self._t, self._doclen[:n], alive, self._df, self._n_live, n,
+                                   _avgdl(self._total_len, self._n_live))
             return self._view
 
-    def _query_terms(self, query: str, v: _View):
-        """(term ids int64, weights idf * query count) of the query's indexed terms, heaviest first.
+    def _query_terms(self, query: str, v: _View, scope: _Scope):
+        """(term ids int64, weights idf * query count) of the query's terms found in
+        the scope's rows, heaviest first.
 
         A query has a handful of terms: plain Python floats here cost less than
         the fixed overhead of a dozen numpy calls on arrays of that size."""
@@ -320,44 +338,58 @@ class BM25Index:
             raise TypeError(f"query must be str, got {type(query).__name__}")
         get = self._vocab.get
         counts: dict = {}
+        n_terms = v.df.shape[0]  # terms added after this view was taken are not in it
         for w in self.tokenizer(query):
             t = get(w)
-            if t is not None:
+            if t is not None and t < n_terms:
                 counts[t] = counts.get(t, 0) + 1
-        df, n_terms, n = v.df, v.df.shape[0], v.n_live
-        terms = []
-        for t, c in counts.items():
-            d = int(df[t]) if t < n_terms else 0  # terms only deleted rows held have df 0
-            if d > 0:
-                terms.append((t, log1p((n - d + 0.5) / (d + 0.5)) * c))
+        if scope.local:  # document frequencies among the kept rows only
+            tids = np.fromiter(counts, np.int64, len(counts))
+            dfs = _kernels().kept_df(v.a[0], v.a[1], v.t[0], v.t[1], tids, scope.keep).tolist()
+        else:
+            df = v.df
+            dfs = [df.item(t) for t in counts]
+        n = scope.n
+        terms = [(t, log1p((n - d + 0.5) / (d + 0.5)) * c) for (t, c), d in zip(counts.items(), dfs) if d > 0]
         terms.sort(key=_minus_weight)  # heaviest first (stable), for early termination
         return (np.array([t for t, _ in terms], np.int64).reshape(-1),
                 np.array([w for _, w in terms], np.float64).reshape(-1))
 
-    def _keep(self, allow, v: _View):
-        """The uint8 mask of rows a search may score: live AND allowed."""
+    def _scope(self, allow, v: _View, statistics: str) -> _Scope:
+        """What a search with this allow scores, and with which statistics."""
         if allow is None:
-            return v.alive
-        if isinstance(allow, FrozenBitMap):
-            # Immutable, so its mask holds until the index changes (a new view): built once
+            return v.everything
+        frozen = isinstance(allow, FrozenBitMap)
+        if frozen:
+            # Immutable, so its scope holds until the index changes (a new view): built once
             # for a Collection snapshot's rows instead of an O(rows) pass per query.
-            cached = self._frozen_keep
-            if cached is not None and cached[0] is allow and cached[1] is v:
-                return cached[2]
-            keep = self._keep_of(allow, v)
-            self._frozen_keep = (allow, v, keep)
-            return keep
-        return self._keep_of(allow, v)
+            cached = self._frozen_scope
+            if cached is not None and cached[0] is allow and cached[1] is v and cached[2] == statistics:
+                return cached[3]
+        keep, kept = self._keep_of(allow, v)
+        if statistics == "allowed":
+            if kept is None:
+                kept = np.flatnonzero(keep)
+            n = int(kept.size)
+            # keep is a subset of the live rows: the same count means the same rows
+            scope = _Scope(keep, n, _avgdl(int(v.dl[kept].sum(dtype=np.int64)), n), n != v.n_live)
+        else:
+            scope = _Scope(keep, v.n_live, v.everything.avgdl, False)
+        if frozen:
+            self._frozen_scope = (allow, v, statistics, scope)
+        return scope
 
     @staticmethod
     def _keep_of(allow, v: _View):
+        """(uint8 mask of live allowed rows, their row numbers or None if not at hand)."""
         mask, ids = allow_arrays(allow, _allow_len(allow, v.n_rows))
         if mask is not None:
-            return v.alive & mask[: v.n_rows]
+            return v.alive & mask[: v.n_rows], None
         keep = np.zeros(v.n_rows, np.uint8)
         ids = ids[ids < v.n_rows]
-        keep[ids] = v.alive[ids]
-        return keep
+        ids = ids[v.alive[ids] != 0]
+        keep[ids] = 1
+        return keep, ids
 
     def _scratch(self, n):
         tls = self._tls
@@ -367,30 +399,38 @@ class BM25Index:
             tls.touched = np.empty(max(n, 1), np.int64)
         return acc, tls.touched
 
-    def _search_one(self, query, k, keep, v):
-        tids, w = self._query_terms(query, v)
+    def _search_one(self, query, k, scope: _Scope, v):
+        tids, w = self._query_terms(query, v, scope)
         if tids.size == 0 or v.n_rows == 0:
             return np.empty(0, np.int64), np.empty(0, np.float32)
         acc, touched = self._scratch(v.n_rows)
-        return _kernels().score_topk(*v.a, *v.t, tids, w, v.norm, keep, k, acc, touched,
+        c0, c1 = self.k1 * (1.0 - self.b), self.k1 * self.b / scope.avgdl  # length norm = c0 + c1 * dl
+        return _kernels().score_topk(*v.a, *v.t, tids, w, v.dl, c0, c1, scope.keep, k, acc, touched,
                                      self._prune_min)
 
-    def search(self, query: str, k: int = 10, allow=None):
+    def search(self, query: str, k: int = 10, allow=None, statistics: str = "index"):
         """Top-k rows for one query: (rows int64, scores float32), best first,
         ties by the smaller row. Only live rows that contain at least one query
         token and are allowed are returned, so there may be fewer than k.
 
         allow: None, a pyroaring BitMap, a bool mask or an array of row numbers
         (as vecsift.allow.allow_arrays takes them). Rows outside it are never
-        scored. Bool masks may be longer than n_rows; extra entries are ignored."""
+        scored. Bool masks may be longer than n_rows; extra entries are ignored.
+
+        statistics: "index" scores with N, avgdl and df of all live rows (allow
+        only filters); "allowed" with those of the allowed live rows, so scores
+        equal an index holding only them and say nothing about the other rows
+        (what a Collection uses: one tenant's words never move another's scores)."""
         k = check_k(k)
         v = self._get_view()
-        return self._search_one(query, k, self._keep(allow, v), v)
+        return self._search_one(query, k, self._scope(allow, v, _check_statistics(statistics)), v)
 
-    def search_batch(self, queries, k: int = 10, allow=None, allows=None, threads: int = 1):
+    def search_batch(self, queries, k: int = 10, allow=None, allows=None, threads: int = 1,
+                     statistics: str = "index"):
         """Many queries: (rows int64 (q, k) padded with -1, scores float32 (q, k)
         padded with -inf). allow applies to every query; allows (a list, one
-        allow per query) overrides it. threads=0 uses all cores."""
+        allow per query) overrides it. threads=0 uses all cores. statistics: as
+        in search()."""
         if isinstance(queries, str):
             raise TypeError("queries must be a sequence of str; use search() for one query")
         queries = list(queries)
@@ -398,14 +438,15 @@ class BM25Index:
         threads = check_threads(threads) or (os.cpu_count() or 1)
         if allows is not None and len(allows) != len(queries):
             raise ValueError(f"allows has {len(allows)} entries for {len(queries)} queries")
+        statistics = _check_statistics(statistics)
         v = self._get_view()
-        shared = self._keep(allow, v) if allows is None else None
+        shared = self._scope(allow, v, statistics) if allows is None else None
         out_r = np.full((len(queries), k), -1, np.int64)
         out_s = np.full((len(queries), k), -np.inf, np.float32)
 
         def run(i):
-            keep = shared if allows is None else self._keep(allows[i], v)
-            r, s = self._search_one(queries[i], k, keep, v)
+            scope = shared if allows is None else self._scope(allows[i], v, statistics)
+            r, s = self._search_one(queries[i], k, scope, v)
             out_r[i, : r.shape[0]] = r
             out_s[i, : s.shape[0]] = s
 
@@ -544,6 +585,12 @@ class BM25Index:
         idx._total_len = int(doclen[alive].sum())
         idx._df_stale = True
         return idx
+
+
+def _check_statistics(statistics):
+    if statistics not in ("index", "allowed"):
+        raise ValueError(f"statistics must be 'index' or 'allowed', got {statistics!r}")
+    return statistics
 
 
 def _minus_weight(term):

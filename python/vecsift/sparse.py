@@ -4,8 +4,11 @@ Labels are the collection's row numbers. Rows enter the index at commit (just
 before the manifest is written, so the file the manifest names holds exactly
 the committed rows); deletes are applied at once. Searches always pass the
 snapshot's allow set, so rows indexed by a commit still in progress, and rows
-that are not allowed, are never scored. The index file is rewritten whole at
-each commit that changed it (bm25-G.bin) and its crc32 kept in the manifest.
+that are not allowed, are never scored, and BM25's statistics (N, avgdl, df)
+are those of the allowed rows (statistics="allowed"): a tenant's scores are
+what an index of only its own visible chunks would give. The index file is
+rewritten whole at each commit that changed it (bm25-G.bin) and its crc32 kept
+in the manifest.
 """
 from __future__ import annotations
 
@@ -106,5 +109,7 @@ class BM25Sparse:
         return out
 
     def search(self, text: str, k: int, allow):
-        rows, scores = self.index.search(text, k=k, allow=allow)
+        # Statistics of the allowed rows only: scores computed from other tenants' or
+        # groups' text would let one tell what the others hold.
+        rows, scores = self.index.search(text, k=k, allow=allow, statistics="allowed")
         return np.asarray(rows, np.int64), np.asarray(scores, np.float32)
