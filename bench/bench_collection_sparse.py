@@ -1,6 +1,6 @@
 """Collection.search in sparse and hybrid mode against BM25Index.search (issue 5 bar: sparse within 1.5x).
 
-    python bench/bench_collection_sparse.py [--reps 7]
+    python bench/bench_collection_sparse.py [--reps 7] [--big 54000]
 
 Same corpus (the committed docstring set), same queries, single thread, one
 query per call. Interleaved in blocks of 50 queries (A, B, C, D over a block,
@@ -9,6 +9,13 @@ repetition each path's total over all queries, then medians, and the median of
 the per-repetition ratios. The Collection path adds the allow-set computation,
 the BM25 stage inside the collection and building the Hit objects (id, text,
 ranks) of the k results.
+
+--big N also times a corpus of N docstring paragraphs (bench_bm25.big_corpus)
+with tenant filters: ten tenants (row % 10), so a tenant is 10% of the rows.
+A collection with tenants scores BM25 with the statistics of the tenant's rows
+(statistics="allowed": df counted in the query terms' postings per query);
+the lines "allow 10%" show BM25Index itself with that filter and either
+statistics, to separate the filter's cost from the collection's.
 """
 from __future__ import annotations
 
@@ -24,7 +31,7 @@ import numpy as np
 import vecsift
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_bm25 import load_set  # noqa: E402
+from bench_bm25 import big_corpus, load_set  # noqa: E402
 
 
 def interleaved_blocks(runs: dict, queries, reps: int, block: int = 50) -> dict:
@@ -46,9 +53,55 @@ def interleaved_blocks(runs: dict, queries, reps: int, block: int = 50) -> dict:
     return out
 
 
+def report(title, times, base_name="BM25Index.search"):
+    base = times[base_name]
+    print(title)
+    for name, t in times.items():
+        ratio = statistics.median([a / b for a, b in zip(t, base)])
+        print(f"  {name:<34} {statistics.median(t):8.1f} us/query   {ratio:5.2f}x {base_name}")
+
+
+def big_run(n, reps):
+    from pyroaring import BitMap
+
+    docs, queries = big_corpus(n)
+    index = vecsift.BM25Index()
+    index.add(docs)
+    index.merge()
+    vecs = np.random.default_rng(0).standard_normal((len(docs), 8)).astype(np.float32)
+    tenants = [f"t{i % 10}" for i in range(len(docs))]
+    tenant3 = BitMap(range(3, len(docs), 10))
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = vecsift.Collection.create(Path(tmp) / "p", dim=8)
+        plain.add(ids=[str(i) for i in range(len(docs))], vectors=vecs, texts=docs)
+        plain.commit()
+        shared = vecsift.Collection.create(Path(tmp) / "t", dim=8)
+        shared.add(ids=[str(i) for i in range(len(docs))], vectors=vecs, texts=docs, tenant=tenants)
+        shared.commit()
+        runs = {
+            "BM25Index.search": lambda q: index.search(q, k=10),
+            "Collection sparse": lambda q: plain.search(text=q, k=10, mode="sparse"),
+            "BM25Index.search allow 10%": lambda q: index.search(q, k=10, allow=tenant3),
+            "BM25Index.search allow 10% allowed": lambda q: index.search(q, k=10, allow=tenant3,
+                                                                       statistics="allowed"),
+            "Collection sparse tenant 10%": lambda q: shared.search(text=q, k=10, tenant="t3"),
+        }
+        for q in queries[:50]:  # the tenant's hits are what an index of its rows alone returns
+            rows, _ = index.search(q, k=10, allow=tenant3, statistics="allowed")
+            assert [h.id for h in shared.search(text=q, k=10, tenant="t3")] == [str(r) for r in rows]
+        for fn in runs.values():
+            for q in queries[:100]:
+                fn(q)
+        times = interleaved_blocks(runs, queries, reps)
+        plain.close()
+        shared.close()
+    report(f"{len(docs)} documents, {len(queries)} queries, k=10, one query per call, median of {reps}", times)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--big", type=int, default=0, help="also time a corpus of this many docstrings, with tenants")
     args = ap.parse_args()
     docs, queries, _, dv, qv = load_set()
     index = vecsift.BM25Index()
@@ -74,11 +127,9 @@ def main():
                 fn(q)
         times = interleaved_blocks(runs, queries, args.reps)
         coll.close()
-    base = times["BM25Index.search"]
-    print(f"{len(docs)} documents, {len(queries)} queries, k=10, one query per call, median of {args.reps}")
-    for name, t in times.items():
-        ratio = statistics.median([a / b for a, b in zip(t, base)])
-        print(f"  {name:<20} {statistics.median(t):8.1f} us/query   {ratio:5.2f}x BM25Index.search")
+    report(f"{len(docs)} documents, {len(queries)} queries, k=10, one query per call, median of {args.reps}", times)
+    if args.big:
+        big_run(args.big, args.reps)
 
 
 if __name__ == "__main__":

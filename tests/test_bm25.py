@@ -187,6 +187,30 @@ def test_allowed_statistics_equal_an_index_of_only_the_allowed_rows():
     assert idx.search(q, 10, allow=BitMap(), statistics="allowed")[0].size == 0
 
 
+def test_many_frozen_tenants_keep_their_own_statistics():
+    # more tenants than scopes kept: evicted and rebuilt scopes (and their df memos) stay right
+    idx = BM25Index()
+    idx.add(DOCS[:400])
+    tenants = [FrozenBitMap(range(t, 400, 20)) for t in range(20)]
+    alone = []
+    for fb in tenants:
+        a = BM25Index()
+        a.add([DOCS[r] for r in fb], ids=list(fb))
+        alone.append(a)
+    for _ in range(2):
+        for fb, a in zip(tenants, alone):
+            for q in QUERIES[:6]:
+                got, want = idx.search(q, 5, allow=fb, statistics="allowed"), a.search(q, 5)
+                np.testing.assert_array_equal(got[0], want[0])
+                np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+    idx.delete(list(tenants[0])[:5])  # a new view: the tenant's statistics follow the delete
+    a = BM25Index()
+    a.add([DOCS[r] for r in list(tenants[0])[5:]], ids=list(tenants[0])[5:])
+    for q in QUERIES[:6]:
+        np.testing.assert_allclose(idx.search(q, 5, allow=tenants[0], statistics="allowed")[1],
+                                   a.search(q, 5)[1], rtol=1e-6)
+
+
 def test_deletes_update_statistics():
     idx = BM25Index()
     idx.add(DOCS[:300])

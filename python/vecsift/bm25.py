@@ -62,6 +62,9 @@ _EMPTY_I32 = np.zeros(0, np.int32)
 # Arrays of a saved file, in order, with their on-disk dtypes.
 _DTYPES = {"ptr": "<i8", "docs": "<i4", "tfs": "<i4", "doclen": "<i4", "state": "|u1"}
 
+# Frozen allow sets whose masks and statistics are kept (a mask is one byte a row).
+_SCOPES_KEPT = 16
+
 # Row states.
 _FREE, _ALIVE, _DELETED = 0, 1, 2
 
@@ -75,11 +78,13 @@ def _kernels():
 class _Scope:
     """The rows one search may score (keep: uint8 mask over rows) and the
     statistics it scores with: N = n rows of average length avgdl; local means
-    they (and df) are those of the kept rows rather than of the whole index."""
-    __slots__ = ("keep", "n", "avgdl", "local")
+    they (and df) are those of the kept rows rather than of the whole index;
+    df then memoises the terms counted so far (a scope never changes)."""
+    __slots__ = ("keep", "n", "avgdl", "local", "df")
 
     def __init__(self, keep, n, avgdl, local):
         self.keep, self.n, self.avgdl, self.local = keep, n, avgdl, local
+        self.df = {}
 
 
 class _View:
@@ -130,7 +135,8 @@ class BM25Index:
         self._df = np.zeros(0, np.int64)
         self._df_stale = False
         self._view = None
-        self._frozen_scope = None  # (FrozenBitMap, view, statistics, _Scope) of the last frozen allow
+        self._scopes = {}  # (id, statistics) -> (FrozenBitMap, view, _Scope) of recent frozen allows
+        self._scopes_lock = threading.Lock()
         self._lock = threading.Lock()
         self._tls = threading.local()
 
@@ -343,9 +349,14 @@ class BM25Index:
             t = get(w)
             if t is not None and t < n_terms:
                 counts[t] = counts.get(t, 0) + 1
-        if scope.local:  # document frequencies among the kept rows only
-            tids = np.fromiter(counts, np.int64, len(counts))
-            dfs = _kernels().kept_df(v.a[0], v.a[1], v.t[0], v.t[1], tids, scope.keep).tolist()
+        if scope.local:  # document frequencies among the kept rows only, counted once per scope
+            memo = scope.df
+            missing = [t for t in counts if t not in memo]
+            if missing:
+                tids = np.array(missing, np.int64)
+                memo.update(zip(missing, _kernels().kept_df(v.a[0], v.a[1], v.t[0], v.t[1], tids,
+                                                             scope.keep).tolist()))
+            dfs = [memo[t] for t in counts]
         else:
             df = v.df
             dfs = [df.item(t) for t in counts]
@@ -362,10 +373,11 @@ class BM25Index:
         frozen = isinstance(allow, FrozenBitMap)
         if frozen:
             # Immutable, so its scope holds until the index changes (a new view): built once
-            # for a Collection snapshot's rows instead of an O(rows) pass per query.
-            cached = self._frozen_scope
-            if cached is not None and cached[0] is allow and cached[1] is v and cached[2] == statistics:
-                return cached[3]
+            # for a Collection snapshot's rows or a tenant's rows, not per query.
+            key = (id(allow), statistics)
+            cached = self._scopes.get(key)
+            if cached is not None and cached[0] is allow and cached[1] is v:
+                return cached[2]
         keep, kept = self._keep_of(allow, v)
         if statistics == "allowed":
             if kept is None:
@@ -376,7 +388,11 @@ class BM25Index:
         else:
             scope = _Scope(keep, v.n_live, v.everything.avgdl, False)
         if frozen:
-            self._frozen_scope = (allow, v, statistics, scope)
+            with self._scopes_lock:
+                scopes = self._scopes
+                if len(scopes) >= _SCOPES_KEPT and key not in scopes:
+                    del scopes[next(iter(scopes))]  # the oldest
+                scopes[key] = (allow, v, scope)  # holding allow keeps its id from being reused
         return scope
 
     @staticmethod

@@ -24,7 +24,7 @@ import struct
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyroaring import BitMap
+from pyroaring import BitMap, FrozenBitMap
 
 from .errors import CorruptIndexError
 
@@ -66,6 +66,10 @@ def _index_into(table: dict, keys: pa.Array, rows: np.ndarray) -> None:
             table[name] = bitmap_of(part) if bm is None else bm | bitmap_of(part)
 
 
+# Filter results kept per snapshot (each a frozen bitmap of at most the snapshot's rows).
+_ALLOW_KEPT = 64
+
+
 class Filters:
     """The bitmaps of one collection generation (row numbers as stored on disk)."""
 
@@ -77,6 +81,7 @@ class Filters:
         self.deleted = BitMap()  # replaced, never mutated: snapshots hold the old object
         self.has_tenants = False
         self.has_acl = False
+        self._allow_cache = (None, {})  # (live bitmap, {filter: allowed rows})
 
     def add_rows(self, start: int, tenant: pa.Array, acl: pa.Array, fields: dict) -> None:
         """Indexes rows start..start+len(tenant)-1. tenant: strings, acl: list<string>."""
@@ -96,33 +101,57 @@ class Filters:
     def delete(self, rows: BitMap) -> None:
         self.deleted = self.deleted | rows
 
-    def allow(self, live: BitMap, tenant=None, groups=None, where=None) -> BitMap:
-        """The rows a search may score. Raises on a missing tenant/groups or an unknown field."""
-        parts = []
-        if self.has_tenants:
-            if tenant is None:
-                raise ValueError("this collection has tenants: search(tenant=...) is required")
-            parts.append(self.tenants.get(str(tenant), BitMap()))
-        elif tenant is not None:
-            parts.append(BitMap())  # no chunk belongs to any tenant: an unknown tenant sees nothing
-        if self.has_acl:
-            if groups is None:
-                raise ValueError("this collection has access control lists: search(groups=[...]) is required")
-            names = [groups] if isinstance(groups, str) else list(groups)
-            parts.append(BitMap.union(*[self.groups.get(str(g), BitMap()) for g in names]) if names else BitMap())
+    def allow(self, live, tenant=None, groups=None, where=None):
+        """The rows a search may score. Raises on a missing tenant/groups or an unknown field.
+
+        live is the snapshot's frozen bitmap; the result is frozen too, and the
+        same object for the same filter while live is the same (recent filters
+        are kept), so indexes can keep what they derive from it (BM25's mask and
+        per-tenant statistics) instead of redoing it every query."""
+        if self.has_tenants and tenant is None:
+            raise ValueError("this collection has tenants: search(tenant=...) is required")
+        if self.has_acl and groups is None:
+            raise ValueError("this collection has access control lists: search(groups=[...]) is required")
+        names = None if groups is None else [str(groups)] if isinstance(groups, str) else [str(g) for g in groups]
+        conditions = []
         for field, want in (where or {}).items():
             if field not in self.values:
                 raise ValueError(f"where: unknown filter field {field!r}; filter_fields are {self.fields}")
             wanted = list(want) if isinstance(want, (list, tuple, set, frozenset)) else [want]
             keys = as_keys(pa.array(wanted)).to_pylist() if wanted else []
+            conditions.append((field, tuple(sorted({k for k in keys if k is not None}))))
+        key = (None if tenant is None else str(tenant), None if names is None else tuple(sorted(set(names))),
+               tuple(sorted(conditions)))
+        cached_live, cache = self._allow_cache
+        if cached_live is live:
+            hit = cache.get(key)
+            if hit is not None:
+                return hit
+        else:
+            cache = {}
+            self._allow_cache = (live, cache)
+        out = self._compute_allow(live, *key)
+        if len(cache) >= _ALLOW_KEPT:
+            cache.clear()
+        cache[key] = out
+        return out
+
+    def _compute_allow(self, live, tenant, groups, conditions):
+        parts = []
+        if self.has_tenants or tenant is not None:
+            # no chunk belongs to any tenant: an unknown tenant sees nothing
+            parts.append(self.tenants.get(tenant, BitMap()) if self.has_tenants else BitMap())
+        if self.has_acl:
+            parts.append(BitMap.union(*[self.groups.get(g, BitMap()) for g in groups]) if groups else BitMap())
+        for field, keys in conditions:
             table = self.values[field]
-            parts.append(BitMap.union(*[table.get(k, BitMap()) for k in keys if k is not None]) if keys else BitMap())
+            parts.append(BitMap.union(*[table.get(k, BitMap()) for k in keys]) if keys else BitMap())
         out = live
         for p in sorted(parts, key=len):  # smallest first keeps intersections cheap
             out = out & p
             if not out:
                 break
-        return out
+        return out if isinstance(out, FrozenBitMap) else FrozenBitMap(out)
 
     # persistence: json directory + concatenated roaring serialisations
     def to_bytes(self) -> bytes:
