@@ -3,7 +3,8 @@ from ._core import cpu_features
 from . import eval
 from .binary import BinaryIndex, binary_quantize
 from .bm25 import BM25Index
-from .collection import Collection, Hit, open
+from .collection import Collection, open
+from .hits import Hit
 from .errors import CorruptIndexError, VecsiftError
 from .flat import exact_search
 from .fusion import rrf

@@ -75,6 +75,16 @@ def _kernels():
     return _bm25_kernels
 
 
+class _Vocab(dict):
+    """term -> id. Indexing with a new term gives it the next id (get() never adds):
+    map(vocab.__getitem__, tokens) then stays in C for every term already known."""
+    __slots__ = ()
+
+    def __missing__(self, term):
+        self[term] = i = len(self)
+        return i
+
+
 class _Scope:
     """The rows one search may score (keep: uint8 mask over rows) and the
     statistics it scores with: N = n rows of average length avgdl; local means
@@ -124,7 +134,7 @@ class BM25Index:
             raise TypeError("tokenizer must be callable (str -> list of str)")
         self.k1, self.b = k1, b
         self.tokenizer = tokenizer if tokenizer is not None else Tokenizer()
-        self._vocab: dict = {}
+        self._vocab = _Vocab()
         self._a = (_EMPTY_PTR, _EMPTY_I32, _EMPTY_I32)  # base segment (ptr, docs, tfs)
         self._t = (_EMPTY_PTR, _EMPTY_I32, _EMPTY_I32)  # tail segment
         self._doclen = np.zeros(0, np.int32)
@@ -202,16 +212,16 @@ class BM25Index:
             order = np.argsort(rows, kind="stable")
             texts = [texts[i] for i in order]
             rows = rows[order]
-        # Tokens -> term ids; new terms get the next id.
+        # Tokens -> term ids; new terms get the next id (_Vocab.__missing__).
         vocab = self._vocab
-        setdefault = vocab.setdefault
+        term_id = vocab.__getitem__
         tok = self.tokenizer
         flat = []
         lens = np.empty(n, np.int64)
         for i, text in enumerate(texts):
             tokens = tok(text)
             lens[i] = len(tokens)
-            flat += [setdefault(w, len(vocab)) for w in tokens]
+            flat += map(term_id, tokens)
         tids = np.array(flat, dtype=np.int32)
         doc_ptr = np.zeros(n + 1, np.int64)
         np.cumsum(lens, out=doc_ptr[1:])
@@ -295,7 +305,7 @@ class BM25Index:
             used = np.flatnonzero(df > 0)
             if used.size != V:
                 terms = _terms_by_id(self._vocab)
-                self._vocab = {terms[i]: j for j, i in enumerate(used.tolist())}
+                self._vocab = _Vocab((terms[i], j) for j, i in enumerate(used.tolist()))
                 ptr = np.concatenate([[0], np.cumsum(df[used])]).astype(np.int64)
             mapping = None
             if renumber:
@@ -594,7 +604,7 @@ class BM25Index:
         if tokenizer is None:
             tokenizer = Tokenizer.from_config(tcfg)
         idx = cls(k1=k1, b=b, tokenizer=tokenizer)
-        idx._vocab = {t: i for i, t in enumerate(terms)}
+        idx._vocab = _Vocab((t, i) for i, t in enumerate(terms))
         idx._a = (ptr.astype(np.int64), docs.astype(np.int32), tfs.astype(np.int32))
         idx._doclen, idx._state, idx._n_rows = doclen.astype(np.int32), state, n
         idx._n_live = int(alive.sum())

@@ -45,7 +45,7 @@ from pyroaring import BitMap, FrozenBitMap
 
 from ._arrays import as_vectors, check_k, check_threads
 from .dense import KINDS, exact_rows
-from .hits import Hit, HitBuilder
+from .hits import HitBuilder
 from .sparse import BM25Sparse, indexed_texts
 from .errors import CorruptIndexError, VecsiftError
 from .filters import Filters, as_keys, bitmap_of, rows_of
