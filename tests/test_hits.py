@@ -101,3 +101,14 @@ def test_hit_builder_fills_every_field():
     # each hit owns its dicts
     hits[0].metadata["new"] = 1
     assert "new" not in hits[1].metadata
+
+
+def test_build_dense_splits_a_padded_batch_per_query():
+    table = pa.table({"id": [f"r{i}" for i in range(6)], "text": [f"t{i}" for i in range(6)]})
+    rows = np.array([[4, 1, -1], [-1, -1, -1], [0, 5, 2]])
+    scores = np.array([[0.9, 0.5, -np.inf], [-np.inf] * 3, [0.8, 0.7, 0.1]], np.float32)
+    got = HitBuilder(table).build_dense(rows, scores)
+    assert [[(h.id, h.text, h.dense_rank, h.sparse_rank) for h in hits] for hits in got] == [
+        [("r4", "t4", 1, None), ("r1", "t1", 2, None)], [],
+        [("r0", "t0", 1, None), ("r5", "t5", 2, None), ("r2", "t2", 3, None)]]
+    assert [h.score for h in got[2]] == pytest.approx([0.8, 0.7, 0.1])

@@ -806,7 +806,7 @@ class Collection:
         allow = self._allow(snap, tenant, groups, where)
         if mode == "dense":
             rows, scores = self._dense_rows(snap, q, k, allow, ef, oversample, threads)
-            return self._dense_hits(snap, rows, scores)
+            return snap.hits.build_dense(rows, scores)
         nq = len(texts)
         if mode == "sparse":
             out = []
@@ -867,18 +867,6 @@ class Collection:
             clip = not (allow is snap.live and snap.full and snap.dense.size == snap.n and not snap.dense.growing)
             return snap.dense.search(snap.vectors, q, k, allow if clip else None, n_allowed, ef=ef,
                                      oversample=oversample, threads=threads)
-
-    def _dense_hits(self, snap, rows, scores) -> list:
-        """Hits per query row of (q, k) dense results; rows -1 are padding, the rank is the position."""
-        rows = np.asarray(rows)
-        out = []
-        for qi in range(len(rows)):
-            ok = rows[qi] >= 0
-            sel = slice(None) if ok.all() else ok
-            r = rows[qi][sel]
-            ranks = list(range(1, len(r) + 1))
-            out.append(snap.hits.build(r, np.asarray(scores[qi])[sel].tolist(), dense_ranks=ranks))
-        return out
 
     def __repr__(self) -> str:
         return (f"<vecsift.Collection {self._path!r} dim={self.dim} metric={self.metric} index={self.index} "

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from .columns import RowReader
 from .ingest import META, PROVENANCE
 
@@ -89,3 +91,16 @@ class HitBuilder:
             provs = [{} for _ in range(n)]
         return list(map(Hit, data["id"], scores, get("doc_id", none), texts, metas, provs, get("tenant", none),
                         none if dense_ranks is None else dense_ranks, none if sparse_ranks is None else sparse_ranks))
+
+    def build_dense(self, rows: np.ndarray, scores: np.ndarray) -> list:
+        """Hits per query of (q, k) dense results (rows -1 are padding): the rank is
+        the position. One read for the whole batch, then split per query."""
+        rows = np.asarray(rows)
+        valid = rows >= 0
+        ranks = np.broadcast_to(np.arange(1, rows.shape[1] + 1), rows.shape)[valid].tolist()
+        hits = self.build(rows[valid], np.asarray(scores)[valid].tolist(), dense_ranks=ranks)
+        out, start = [], 0
+        for count in valid.sum(axis=1).tolist():
+            out.append(hits[start:start + count])
+            start += count
+        return out
