@@ -62,8 +62,9 @@ _EMPTY_I32 = np.zeros(0, np.int32)
 # Arrays of a saved file, in order, with their on-disk dtypes.
 _DTYPES = {"ptr": "<i8", "docs": "<i4", "tfs": "<i4", "doclen": "<i4", "state": "|u1"}
 
-# Frozen allow sets whose masks and statistics are kept (a mask is one byte a row).
-_SCOPES_KEPT = 16
+# Frozen allow sets whose masks and statistics are kept: up to 16, and masks (one
+# byte a row) of at most about 64 MiB together, but always the last two.
+_SCOPES_KEPT, _SCOPE_BYTES = 16, 64 << 20
 
 # Row states.
 _FREE, _ALIVE, _DELETED = 0, 1, 2
@@ -400,7 +401,8 @@ class BM25Index:
         if frozen:
             with self._scopes_lock:
                 scopes = self._scopes
-                if len(scopes) >= _SCOPES_KEPT and key not in scopes:
+                limit = max(2, min(_SCOPES_KEPT, _SCOPE_BYTES // max(v.n_rows, 1)))
+                while len(scopes) >= limit and key not in scopes:
                     del scopes[next(iter(scopes))]  # the oldest
                 scopes[key] = (allow, v, scope)  # holding allow keeps its id from being reused
         return scope
