@@ -16,6 +16,10 @@ A collection with tenants scores BM25 with the statistics of the tenant's rows
 (statistics="allowed": df counted in the query terms' postings per query);
 the lines "allow 10%" show BM25Index itself with that filter and either
 statistics, to separate the filter's cost from the collection's.
+
+Last, hybrid batches (search_batch with vectors and texts, 2 threads) with BM25
+run inline or on a helper thread beside the dense stage, by batch size: where
+collection.HYBRID_PARALLEL_MIN comes from.
 """
 from __future__ import annotations
 
@@ -98,6 +102,32 @@ def big_run(n, reps):
     report(f"{len(docs)} documents, {len(queries)} queries, k=10, one query per call, median of {reps}", times)
 
 
+def hybrid_batches(coll, queries, qv, reps):
+    import vecsift.collection as C
+
+    qs, vs = queries[:320], qv[:320]
+    saved = C.HYBRID_PARALLEL_MIN
+    print("hybrid search_batch, us per query (BM25 inline / on a helper thread), median of", reps)
+    try:
+        for bs in (1, 2, 8, 32):
+            def run(bs=bs):
+                for i in range(0, len(qs), bs):
+                    coll.search_batch(vs[i:i + bs], qs[i:i + bs], k=10)
+            med = {}
+            for name, limit in (("inline", 10**9), ("helper", 1)):
+                C.HYBRID_PARALLEL_MIN = limit
+                run()
+                ts = []
+                for _ in range(reps):
+                    t0 = time.perf_counter()
+                    run()
+                    ts.append((time.perf_counter() - t0) / len(qs) * 1e6)
+                med[name] = statistics.median(ts)
+            print(f"  batch {bs:>3}: inline {med['inline']:7.1f}   helper {med['helper']:7.1f}")
+    finally:
+        C.HYBRID_PARALLEL_MIN = saved
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=7)
@@ -126,8 +156,10 @@ def main():
             for q in queries[:100]:
                 fn(q)
         times = interleaved_blocks(runs, queries, args.reps)
+        report(f"{len(docs)} documents, {len(queries)} queries, k=10, one query per call, median of {args.reps}",
+               times)
+        hybrid_batches(coll, queries, qv, 3)
         coll.close()
-    report(f"{len(docs)} documents, {len(queries)} queries, k=10, one query per call, median of {args.reps}", times)
     if args.big:
         big_run(args.big, args.reps)
 
