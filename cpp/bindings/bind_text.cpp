@@ -1,7 +1,7 @@
 // Python strings from UTF-8 columns in Arrow's layout (offsets + bytes), for
 // building search hits. pyarrow's take + to_pylist costs ~5 us of dispatch per
-// column whatever the row count; this gathers the few rows of a result in well
-// under a microsecond. Conversion only: every offset read is bounds-checked,
+// column whatever the row count; one call here gathers the 10 rows of a result
+// (two columns) in ~1.6 us. Conversion only: every offset read is bounds-checked,
 // so a damaged buffer raises ValueError instead of reading out of bounds.
 #include <algorithm>
 #include <vector>

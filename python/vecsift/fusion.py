@@ -7,9 +7,9 @@ nothing. Scores of the input lists are not used, only their order, so lists
 of incomparable scores (BM25 and cosine) fuse without calibration.
 
 The fusion runs in the native core (cpp/include/vecsift/fusion.hpp): one sort
-of the entries, no JIT to warm up. In numpy it took a dozen calls and ~27-40
-us for two lists of 100, more than the BM25 search feeding it; now ~8 us with
-the argument checks here (bench/bench_collection_sparse.py times hybrid).
+of the entries, no JIT to warm up. A numpy version took a dozen calls and ~40
+us for two lists of 100, more than the BM25 search feeding it; this takes ~8 us
+with the argument checks here (bench/bench_collection_sparse.py prints it).
 """
 from __future__ import annotations
 
