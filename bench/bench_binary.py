@@ -24,7 +24,7 @@ import numpy as np
 import vecsift
 from timing import interleaved
 from vecsift import _core
-from vecsift.datasets import glove_50
+from vecsift.tools.datasets import glove_50
 
 
 def numpy_topk(base, queries, k, chunk=64):

@@ -36,7 +36,7 @@ import numpy as np
 import vecsift
 from vecsift import BM25Index, exact_search, rrf
 from vecsift.eval import hit_at_k, mrr_at_k, ndcg_at_k
-from vecsift.tokenize import Tokenizer
+from vecsift.text.tokenize import Tokenizer
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "docstrings"
 

@@ -103,7 +103,7 @@ def big_run(n, reps):
 
 
 def hybrid_batches(coll, queries, qv, reps):
-    import vecsift.collection as C
+    import vecsift.collection.collection as C
 
     qs, vs = queries[:320], qv[:320]
     saved = C.HYBRID_PARALLEL_MIN

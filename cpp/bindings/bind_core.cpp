@@ -3,11 +3,11 @@
 #include <pybind11/stl.h>
 
 #include "common.hpp"
-#include "vecsift/binary.hpp"
-#include "vecsift/binary_index.hpp"
-#include "vecsift/distance.hpp"
-#include "vecsift/flat.hpp"
-#include "vecsift/parallel.hpp"
+#include "vecsift/kernels/binary.hpp"
+#include "vecsift/index/binary_index.hpp"
+#include "vecsift/kernels/distance.hpp"
+#include "vecsift/index/flat.hpp"
+#include "vecsift/kernels/parallel.hpp"
 
 using namespace vecsift;
 

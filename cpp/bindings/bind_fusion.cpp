@@ -2,7 +2,7 @@
 #include <pybind11/stl.h>
 
 #include "common.hpp"
-#include "vecsift/fusion.hpp"
+#include "vecsift/kernels/fusion.hpp"
 
 namespace {
 

@@ -6,9 +6,9 @@
 #include <optional>
 
 #include "common.hpp"
-#include "vecsift/distance.hpp"
-#include "vecsift/hnsw.hpp"
-#include "vecsift/parallel.hpp"
+#include "vecsift/kernels/distance.hpp"
+#include "vecsift/index/hnsw.hpp"
+#include "vecsift/kernels/parallel.hpp"
 
 using namespace vecsift;
 

@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "vecsift/cpu.hpp"
-#include "vecsift/filter.hpp"
+#include "vecsift/kernels/cpu.hpp"
+#include "vecsift/index/filter.hpp"
 
 namespace py = pybind11;
 

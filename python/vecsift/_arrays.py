@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _core
+from vecsift import _core
 
 
 def _as_numeric_array(x, name: str) -> np.ndarray:

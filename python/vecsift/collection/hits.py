@@ -1,0 +1,106 @@
+"""Search results: the Hit a user reads, and building Hits from result rows.
+
+A query returns k row numbers; turning them into Hits (id, text, doc id,
+tenant, metadata, provenance) is per-query work comparable to scoring a BM25
+query, so it is kept lean: the columns are read for all k rows at once
+(columns.RowReader), which columns exist is worked out once per table, and the
+Hits are made positionally in one map() call.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from vecsift.collection.columns import RowReader
+from vecsift.collection.ingest import META, PROVENANCE
+
+
+@dataclass(slots=True)  # many are made per search: slots make that cheaper
+class Hit:
+    """One search result. score is a similarity (higher is better)."""
+
+    id: str
+    score: float
+    doc_id: str | None = None
+    text: str | None = None
+    metadata: dict = field(default_factory=dict)
+    provenance: dict = field(default_factory=dict)
+    tenant: str | None = None
+    dense_rank: int | None = None
+    sparse_rank: int | None = None
+
+    @property
+    def source(self):
+        return self.provenance.get("source")
+
+    @property
+    def heading_path(self):
+        return self.provenance.get("heading_path")
+
+    @property
+    def char_range(self):
+        a, b = self.provenance.get("char_start"), self.provenance.get("char_end")
+        return None if a is None and b is None else (a, b)
+
+    @property
+    def doc_type(self):
+        return self.provenance.get("doc_type")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class HitBuilder:
+    """Makes Hits from rows of one (immutable) chunk table."""
+
+    def __init__(self, table):
+        self.reader = RowReader(table)
+        cols = set(self.reader.columns)
+        self._meta = [(c, c[len(META):]) for c in self.reader.columns if c.startswith(META)]
+        self._prov = [p for p in PROVENANCE if p in cols]
+        self._display = "display_text" in cols
+
+    @property
+    def table(self):
+        return self.reader.table
+
+    def build(self, rows, scores: list, dense_ranks=None, sparse_ranks=None) -> list:
+        """Hits for one query, in the order of rows (int64, no padding).
+
+        scores: a list of floats; ranks: lists of 1-based ranks with None where
+        that retriever did not return the row, or None for all rows."""
+        n = len(rows)
+        if n == 0:
+            return []
+        data = self.reader.read(rows)
+        none = [None] * n
+        get = data.get
+        texts = get("text", none)
+        if self._display:
+            texts = [t if d is None else d for d, t in zip(data["display_text"], texts)]
+        if self._meta:
+            cols = [(name, data[c]) for c, name in self._meta]
+            metas = [{name: v[i] for name, v in cols if v[i] is not None} for i in range(n)]
+        else:
+            metas = [{} for _ in range(n)]
+        if self._prov:
+            cols = [(p, data[p]) for p in self._prov]
+            provs = [{p: v[i] for p, v in cols if v[i] is not None} for i in range(n)]
+        else:
+            provs = [{} for _ in range(n)]
+        return list(map(Hit, data["id"], scores, get("doc_id", none), texts, metas, provs, get("tenant", none),
+                        none if dense_ranks is None else dense_ranks, none if sparse_ranks is None else sparse_ranks))
+
+    def build_dense(self, rows: np.ndarray, scores: np.ndarray) -> list:
+        """Hits per query of (q, k) dense results (rows -1 are padding): the rank is
+        the position. One read for the whole batch, then split per query."""
+        rows = np.asarray(rows)
+        valid = rows >= 0
+        ranks = np.broadcast_to(np.arange(1, rows.shape[1] + 1), rows.shape)[valid].tolist()
+        hits = self.build(rows[valid], np.asarray(scores)[valid].tolist(), dense_ranks=ranks)
+        out, start = [], 0
+        for count in valid.sum(axis=1).tolist():
+            out.append(hits[start:start + count])
+            start += count
+        return out

@@ -1,0 +1,264 @@
+"""The dense stage of a collection behind one small interface, plus exact rescoring.
+
+A dense index sees rows only through these calls, made by the collection:
+
+    stage(vectors)                  at add(): rows written but not committed
+    prepare_commit(dir, gen, vecs)  before the manifest: make its state durable,
+                                    return its manifest entry
+    publish()                       after the manifest: make staged rows searchable
+    search(...)                     (rows int64, scores float32) similarity, pad -1
+    size                            rows searchable in the index object
+
+Row numbers of the collection are the labels. The collection clips every
+search to its snapshot with an allow set whenever the index holds rows the
+snapshot does not (see collection.py), so an index may run ahead of a snapshot.
+
+"bq": binary codes in RAM (append-only codes file), Hamming top
+k*oversample over the allowed rows, then exact float32 rescoring of those
+candidates from the memmapped vectors. "hnsw": vecsift.HNSWIndex over the
+float32 rows, labels = rows, filtered by the same allow set.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from vecsift import _core
+from vecsift.index.binary import BinaryIndex
+from vecsift.errors import CorruptIndexError
+from vecsift.storage.framing import file_crc
+from vecsift.storage.rowfile import RowFile
+
+# Chosen by measurement (bench/bench_collection.py, 100k PyPI summaries
+# embedded with all-MiniLM-L6-v2, 1k held-out queries): the smallest power of
+# two whose recall@10 against exact search is >= 0.95 (8: 0.91, 16: 0.96).
+DEFAULT_OVERSAMPLE = 16
+
+
+def similarities(x: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
+    """(len(x), len(q)) similarities; cosine rows and queries are already unit length."""
+    s = x @ q.T
+    if metric == "l2":
+        s = 2 * s - np.einsum("ij,ij->i", x, x)[:, None] - np.einsum("ij,ij->i", q, q)[None, :]
+    return s
+
+
+def _top(sc: np.ndarray, rows: np.ndarray, k: int):
+    """Best k per row of sc (ties: smaller row id); -inf scores become row -1."""
+    order = np.lexsort((rows, -sc), axis=1)[:, :k]
+    top_s = np.take_along_axis(sc, order, axis=1)
+    top_r = np.take_along_axis(rows, order, axis=1)
+    top_r[~np.isfinite(top_s)] = -1
+    return top_r, top_s
+
+
+def _pad(nq, k, top_r, top_s):
+    rows_out = np.full((nq, k), -1, dtype=np.int64)
+    scores_out = np.full((nq, k), -np.inf, dtype=np.float32)
+    rows_out[:, :top_r.shape[1]] = top_r
+    scores_out[:, :top_s.shape[1]] = top_s
+    return rows_out, scores_out
+
+
+def rescore(vectors: np.ndarray, queries: np.ndarray, cand: np.ndarray, k: int, metric: str):
+    """Exact top-k among each query's own candidate rows (-1 = none), read from `vectors` (a memmap).
+
+    Only the candidates' rows are read (one gather per block of queries).
+    Returns (rows int64 (nq, k), scores float32 (nq, k)), ties to the smaller row.
+    """
+    nq, c = cand.shape
+    if c == 0 or nq == 0:
+        return _pad(nq, k, np.empty((nq, 0), np.int64), np.empty((nq, 0), np.float32))
+    d = vectors.shape[1]
+    block = max(1, min(nq, (32 << 20) // max(1, c * d * 4)))
+    parts_r, parts_s = [], []
+    for s in range(0, nq, block):
+        cb = cand[s:s + block]
+        valid = cb >= 0
+        x = np.asarray(vectors[np.where(valid, cb, 0).ravel()], dtype=np.float32).reshape(len(cb), c, d)
+        q = queries[s:s + len(cb)]
+        sc = np.matmul(x, q[:, :, None])[:, :, 0]
+        if metric == "l2":
+            sc = 2 * sc - np.einsum("bcd,bcd->bc", x, x) - np.einsum("bd,bd->b", q, q)[:, None]
+        sc = sc.astype(np.float32)
+        sc[~valid] = -np.inf
+        r, t = _top(sc, np.where(valid, cb, np.iinfo(np.int64).max), k)
+        parts_r.append(r)
+        parts_s.append(t)
+    return _pad(nq, k, np.concatenate(parts_r), np.concatenate(parts_s))
+
+
+def exact_rows(vectors: np.ndarray, queries: np.ndarray, rows: np.ndarray, k: int, metric: str, threads: int = 0):
+    """Exact top-k of every query over the same (sorted) rows, in the native scan.
+
+    The core gathers only those rows from `vectors` (a memmap) into its panels;
+    vectors were checked when added, so they are not checked again here.
+    Cosine rows and queries are unit length already: cosine is the inner product.
+    """
+    from vecsift import _core
+    ids = np.ascontiguousarray(rows, dtype=np.int64)
+    return _core.exact_search(vectors, np.ascontiguousarray(queries, dtype=np.float32), k,
+                              "l2" if metric == "l2" else "ip", None, ids, threads)
+
+
+class BQDense:
+    kind = "bq"
+
+    def __init__(self, dim: int, metric: str, params: dict, codes: RowFile):
+        self.dim, self.metric = dim, metric
+        self.oversample = int(params.get("oversample", DEFAULT_OVERSAMPLE))
+        if self.oversample < 1:
+            raise ValueError(f"oversample must be >= 1, got {self.oversample}")
+        self.codes = codes
+        self.lock = None  # the collection's readers-writer lock, set by the collection
+        self.growing = False  # codes are appended under the write lock, never during a search
+        self.index = BinaryIndex(dim)
+        self._staged = []
+
+    @staticmethod
+    def params(params: dict) -> dict:
+        unknown = set(params) - {"oversample"}
+        if unknown:
+            raise ValueError(f"unknown index parameters for index='bq': {sorted(unknown)}")
+        return {"oversample": int(params.get("oversample", DEFAULT_OVERSAMPLE))}
+
+    @classmethod
+    def create(cls, directory, gen: int, dim: int, metric: str, params: dict) -> "BQDense":
+        name = f"codes-{gen}.bin"
+        return cls(dim, metric, params, RowFile.create(os.path.join(directory, name), "codes", "uint8",
+                                                          (dim + 7) // 8))
+
+    @classmethod
+    def load(cls, directory, entry: dict, dim: int, metric: str, params: dict, writable: bool) -> "BQDense":
+        rf = RowFile.open(os.path.join(directory, entry["file"]), "codes", "uint8", (dim + 7) // 8,
+                          entry["rows"], entry["crc"], writable)
+        self = cls(dim, metric, params, rf)
+        if entry["rows"]:
+            self.index.add(rf.read_all(entry["rows"], entry["crc"]))  # verified against the manifest
+        return self
+
+    @property
+    def size(self) -> int:
+        return len(self.index)
+
+    def stage(self, vectors: np.ndarray) -> None:
+        codes = _core.binary_quantize(vectors)
+        self.codes.append(codes)
+        self._staged.append(codes)
+
+    def prepare_commit(self, directory, gen: int, vectors) -> dict:
+        self.codes.sync()
+        return {"file": os.path.basename(self.codes.path), "rows": self.codes.rows, "crc": self.codes.crc}
+
+    def publish(self) -> None:
+        """Called with the collection's write lock held (no native search running)."""
+        for codes in self._staged:
+            self.index.add(codes)
+        self._staged = []
+
+    def files(self, entry: dict) -> list:
+        return [entry["file"]]
+
+    def search(self, vectors, queries, k, allow, n_allowed, ef=None, oversample=None, threads=0):
+        c = k * int(oversample if oversample is not None else self.oversample)
+        cand, _ = self.index.search(queries, min(c, n_allowed), allow=allow, threads=threads)
+        return rescore(vectors, queries, cand, k, self.metric)
+
+    def close(self) -> None:
+        self.codes.close()
+
+
+class HNSWDense:
+    kind = "hnsw"
+
+    def __init__(self, index):
+        self.index = index
+        self.lock = None
+        self.growing = False
+        self.entry = None  # manifest entry of the saved graph
+
+    @staticmethod
+    def params(params: dict) -> dict:
+        unknown = set(params) - {"m", "ef_construction", "ef_search", "seed"}
+        if unknown:
+            raise ValueError(f"unknown index parameters for index='hnsw': {sorted(unknown)}")
+        return {"m": int(params.get("m", 16)), "ef_construction": int(params.get("ef_construction", 200)),
+                "ef_search": params.get("ef_search"), "seed": int(params.get("seed", 0))}
+
+    @classmethod
+    def _new(cls, dim, metric, params):
+        from vecsift.index.hnsw import HNSWIndex
+
+        index = HNSWIndex(dim, metric=metric, m=params["m"], ef_construction=params["ef_construction"],
+                          seed=params["seed"])
+        if params.get("ef_search"):
+            index.ef_search = int(params["ef_search"])
+        return index
+
+    @classmethod
+    def create(cls, directory, gen, dim, metric, params):
+        return cls(cls._new(dim, metric, params))
+
+    @classmethod
+    def load(cls, directory, entry, dim, metric, params, writable):
+        from vecsift.index.hnsw import HNSWIndex
+
+        if entry is None:
+            return cls.create(directory, 0, dim, metric, params)
+        path = os.path.join(directory, entry["file"])
+        if not os.path.exists(path):
+            raise CorruptIndexError(f"{path}: file named by the manifest is missing")
+        if file_crc(path) != entry["crc"]:
+            raise CorruptIndexError(f"{path}: checksum does not match the manifest")
+        self = cls(HNSWIndex.load(path, mmap=not writable))  # readers page the graph in on demand
+        self.entry = dict(entry)
+        if params.get("ef_search"):
+            self.index.ef_search = int(params["ef_search"])
+        return self
+
+    @property
+    def size(self) -> int:
+        return len(self.index)
+
+    def stage(self, vectors) -> None:
+        pass  # the graph is built from the committed float32 rows at commit
+
+    def prepare_commit(self, directory, gen, vectors) -> dict:
+        n0 = len(self.index)
+        if len(vectors) == n0 and self.entry is not None:
+            return self.entry  # graph unchanged (a commit of deletes only): keep its file
+        if len(vectors) > n0:
+            # HNSWIndex lets searches run during add; they only have to be clipped to
+            # their snapshot from now on. Taking the write lock to raise the flag waits
+            # for any search that started unclipped.
+            if self.lock is not None:
+                with self.lock.write():
+                    self.growing = True
+            else:
+                self.growing = True
+            self.index.add(np.ascontiguousarray(vectors[n0:]), ids=np.arange(n0, len(vectors), dtype=np.uint64))
+        name = f"hnsw-{gen}.idx"
+        path = os.path.join(directory, name)
+        self.index.save(path)  # temp file, fsync, rename (HNSWIndex.save)
+        self.entry = {"file": name, "crc": file_crc(path)}
+        return self.entry
+
+    def publish(self) -> None:
+        self.growing = False  # the new snapshot counts every row of the graph
+
+    def files(self, entry) -> list:
+        return [entry["file"]] if entry else []
+
+    def search(self, vectors, queries, k, allow, n_allowed, ef=None, oversample=None, threads=0):
+        rows, scores = self.index.search(queries, k=k, ef=ef, allow=allow, threads=threads)
+        rows = np.asarray(rows, dtype=np.int64)
+        scores = np.asarray(scores, dtype=np.float32)
+        scores = np.where(rows >= 0, scores, -np.inf).astype(np.float32)
+        return rows, scores
+
+    def close(self) -> None:
+        pass
+
+
+KINDS = {"bq": BQDense, "hnsw": HNSWDense}

@@ -1,0 +1,9 @@
+"""Standalone indexes users call directly: exact (flat) search, the sign-bit BinaryIndex, the HNSW graph.
+
+Nothing here imports vecsift.collection: a collection wraps these, never the reverse.
+"""
+from vecsift.index.binary import BinaryIndex, binary_quantize
+from vecsift.index.flat import exact_search
+from vecsift.index.hnsw import HNSWIndex
+
+__all__ = ["BinaryIndex", "HNSWIndex", "binary_quantize", "exact_search"]

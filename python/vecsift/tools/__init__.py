@@ -1,0 +1,1 @@
+"""Tools around the engine: the CLI, `vecsift bench`, tuning, datasets, reference-library adapters, progress bars."""
