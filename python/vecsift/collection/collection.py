@@ -415,9 +415,10 @@ class Collection:
                 "bytes_on_disk": disk, "bytes_in_ram": int(ram), "float32_bytes_on_disk": snap.n * m.dim * 4}
 
     def verify(self) -> None:
-        """Reads every committed float32 row and checks it against the manifest's checksum."""
+        """Reads every committed float32 row and the graph file, and checks them against the manifest."""
         v = self._manifest.vectors
         self._vec.verify(v["rows"], v["crc"])
+        self._dense.verify(self._path, self._manifest.dense)
 
     # ------------------------------------------------------------------ writing
     def add(self, ids, vectors, texts=None, doc_ids=None, tenant=None, acl=None, metadata=None, *,
@@ -520,7 +521,7 @@ class Collection:
     # ------------------------------------------------------------------ searching
     def search(self, vector=None, text=None, k: int = 10, tenant=None, groups=None, where=None, *, mode=None,
                candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
-               threads: int = 0) -> list:
+               threads: int = 0, stats=None) -> list:
         """Top-k chunks as Hits, best first.
 
         mode: "dense" (vector), "sparse" (BM25 over text) or "hybrid" (both,
@@ -530,7 +531,8 @@ class Collection:
         anything is scored and shared by both retrievers. Hit.score is the
         cosine / inner product / -squared L2 (dense), the BM25 score (sparse) or
         the RRF score (hybrid); dense_rank / sparse_rank are 1-based, None where
-        that retriever did not return the chunk.
+        that retriever did not return the chunk. stats: a vecsift.collection.SearchStats
+        to add the dense stage's counters to (distances, hops, rows scanned exactly...).
         """
         q = None
         if vector is not None:
@@ -540,11 +542,11 @@ class Collection:
         if text is not None and not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
         return self._search(q, None if text is None else [text], k, tenant, groups, where, mode, candidates, rrf_k,
-                            weights, ef, oversample, threads)[0]
+                            weights, ef, oversample, threads, stats)[0]
 
     def search_batch(self, vectors=None, texts=None, k: int = 10, tenant=None, groups=None, where=None, *,
                      mode=None, candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
-                     threads: int = 0) -> list:
+                     threads: int = 0, stats=None) -> list:
         """search() for many queries (rows of `vectors` and/or items of `texts`), one filter for all."""
         q = None if vectors is None else as_vectors(vectors, "vectors", dim=self.dim)
         if texts is not None:
@@ -554,15 +556,15 @@ class Collection:
             if q is not None and len(texts) != len(q):
                 raise ValueError(f"{len(q)} vectors but {len(texts)} texts")
         return self._search(q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
-                            threads)
+                            threads, stats)
 
     def search_rows(self, vectors, k: int = 10, tenant=None, groups=None, where=None, ef=None, oversample=None,
-                    threads: int = 0):
+                    threads: int = 0, stats=None):
         """Dense search returning (rows int64, scores float32) arrays, pad -1 (for benchmarks)."""
         snap = self._snap
         q = as_vectors(vectors, "vectors", dim=self.dim)
         req = cascade.request(q, None, k, "dense", ef=ef, oversample=oversample, threads=threads)
-        return cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where)).dense
+        return cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where), stats).dense
 
     def _allow(self, snap, tenant, groups, where):
         if self._closed:
@@ -570,10 +572,10 @@ class Collection:
         return snap.allow(tenant, groups, where)  # before anything is scored
 
     def _search(self, q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
-                threads):
+                threads, stats=None):
         snap = self._snap
         req = cascade.request(q, texts, k, mode, candidates, rrf_k, weights, ef, oversample, threads)
-        lists = cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where))
+        lists = cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where), stats)
         if req.mode == "dense":
             return snap.hits.build_dense(*lists.dense)
         if req.mode == "sparse":

@@ -48,6 +48,11 @@ def file_crc(path, offset: int = 0, length: int | None = None, value: int = 0) -
     return value
 
 
+def missing_file(path) -> CorruptIndexError:
+    """The error for a file the manifest names that is not there (raise missing_file(path))."""
+    return CorruptIndexError(f"{path}: file named by the manifest is missing")
+
+
 def fsync_dir(path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -106,7 +111,7 @@ def read_blob(path, kind: str, expected_crc: int | None = None) -> memoryview:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
-        raise CorruptIndexError(f"{path}: file named by the manifest is missing") from None
+        raise missing_file(path) from None
     if expected_crc is not None and crc32(data) != expected_crc:
         raise CorruptIndexError(f"{path}: checksum does not match the manifest")
     return unframe(data, kind, path)

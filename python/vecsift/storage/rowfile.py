@@ -17,7 +17,7 @@ import struct
 import numpy as np
 
 from vecsift.errors import CorruptIndexError
-from vecsift.storage.framing import MAGIC, crc32, file_crc
+from vecsift.storage.framing import MAGIC, crc32, file_crc, missing_file
 
 HEADER_BYTES = 64
 ROWFILE_VERSION = 1
@@ -59,7 +59,7 @@ class RowFile:
                 head = f.read(HEADER_BYTES)
                 size = os.fstat(f.fileno()).st_size
         except FileNotFoundError:
-            raise CorruptIndexError(f"{path}: file named by the manifest is missing") from None
+            raise missing_file(path) from None
         if len(head) < HEADER_BYTES or head[:8] != MAGIC:
             raise CorruptIndexError(f"{path}: not a vecsift row file (bad magic or truncated header)")
         if head != _header(kind, dtype, width):

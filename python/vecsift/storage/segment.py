@@ -10,20 +10,15 @@ import os
 import pyarrow as pa
 
 from vecsift.errors import CorruptIndexError
-from vecsift.storage.framing import FORMAT_VERSION, crc32, file_crc, write_durable
+from vecsift.storage.framing import FORMAT_VERSION, crc32, file_crc, missing_file, write_durable
 
 SEGMENT_META = {b"vecsift_kind": b"segment", b"vecsift_format": str(FORMAT_VERSION).encode()}
-
-
-def missing(path) -> CorruptIndexError:
-    """The error for a file the manifest names that is not there."""
-    return CorruptIndexError(f"{path}: file named by the manifest is missing")
 
 
 def read_segment(path, entry: dict) -> pa.Table:
     """The segment's chunks, memory-mapped, checked against the manifest entry."""
     if not os.path.exists(path):
-        raise missing(path)
+        raise missing_file(path)
     if file_crc(path) != entry["crc"]:
         raise CorruptIndexError(f"{path}: checksum does not match the manifest")
     try:

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from vecsift.errors import CorruptIndexError
 from vecsift.collection.ingest import HEADING_SEP  # noqa: F401 - documented separator of heading paths
-from vecsift.storage.framing import file_crc
+from vecsift.storage.framing import crc32, file_crc, missing_file
 
 
 def indexed_texts(table: pa.Table, with_heading_path: bool) -> pa.Array:
@@ -57,11 +57,14 @@ class BM25Sparse:
         if entry is None:
             return cls.create(params)
         path = os.path.join(directory, entry["file"])
-        if not os.path.exists(path):
-            raise CorruptIndexError(f"{path}: file named by the manifest is missing")
-        if file_crc(path) != entry["crc"]:
+        try:  # one read: the manifest's crc and the file's own checks run on the same bytes
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise missing_file(path) from None
+        if crc32(data) != entry["crc"]:
             raise CorruptIndexError(f"{path}: checksum does not match the manifest")
-        return cls(BM25Index.load(path), dict(entry))
+        return cls(BM25Index._from_bytes(data, None, path), dict(entry))
 
     def add_rows(self, start: int, texts: pa.Array) -> None:
         """Indexes the non-null texts of rows start, start+1, ..."""
