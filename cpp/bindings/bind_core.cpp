@@ -8,6 +8,7 @@
 #include "vecsift/kernels/distance.hpp"
 #include "vecsift/index/flat.hpp"
 #include "vecsift/index/planner.hpp"
+#include "vecsift/io/checksum.hpp"
 #include "vecsift/kernels/parallel.hpp"
 #include "vecsift/kernels/read_probe.hpp"
 
@@ -171,9 +172,21 @@ uint64_t read_probe_py(const U8Array& a, int level) {
   return read_probe(p, n, lv);
 }
 
+// CRC-32C of a buffer, continuing from a previous (final) value, like zlib.crc32.
+uint32_t crc32c_py(const py::buffer& data, uint32_t value) {
+  py::buffer_info info = data.request();
+  require(info.ndim <= 1 || info.strides.empty() || info.strides.back() == info.itemsize, "buffer must be contiguous");
+  const auto* p = static_cast<const uint8_t*>(info.ptr);
+  const size_t n = static_cast<size_t>(info.size) * static_cast<size_t>(info.itemsize);
+  py::gil_scoped_release nogil;
+  return crc32c_final(crc32c_update(crc32c_final(value), p, n));
+}
+
 }  // namespace
 
 void bind_core(py::module_& m) {
+  m.def("crc32c", &crc32c_py, py::arg("data"), py::arg("value") = 0,
+        "CRC-32C (Castagnoli) of a contiguous buffer, continuing from value (the checksum of every vecsift file).");
   m.def("cpu_features", &cpu_features, "Detected CPU features and the kernel level in use.");
   m.def("hardware_threads", &hardware_threads);
   m.def("read_probe", &read_probe_py, py::arg("a"), py::arg("level") = -1);

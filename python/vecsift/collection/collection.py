@@ -57,6 +57,7 @@ from vecsift.errors import CorruptIndexError, VecsiftError
 from vecsift.index.flat import check_metric
 from vecsift.storage import manifest as manifests
 from vecsift.storage.framing import FORMAT_VERSION, WriterLock, read_blob
+from vecsift.storage.checksum import value_of
 from vecsift.storage.manifest import Manifest, check_payload
 from vecsift.storage.rowfile import RowFile
 from vecsift.storage.segment import read_segment
@@ -77,13 +78,12 @@ def _load(path, m: Manifest, writable):
     """The files of manifest m, opened and checked: (rowfile, dense, sparse, filters, segment tables)."""
     if m.vectors["rows"] != m.rows:
         raise CorruptIndexError(f"{os.path.join(path, 'MANIFEST')}: row counts disagree")
-    vec = RowFile.open(os.path.join(path, m.vectors["file"]), "vectors", "float32", m.dim, m.vectors["rows"],
-                       m.vectors["crc"], writable)
+    vec = RowFile.open_entry(path, m.vectors, "vectors", "float32", m.dim, writable)
     try:
         dense = KINDS[m.index].load(path, m.dense, m.dim, m.metric, m.index_params, writable)
         sparse = BM25Sparse.load(path, m.sparse, m.sparse_params)
         fpath = os.path.join(path, m.filters["file"])
-        filters = Filters.from_bytes(read_blob(fpath, "filters", m.filters["crc"]), fpath)
+        filters = Filters.from_bytes(read_blob(fpath, "filters", m.filters), fpath)
         tables = [read_segment(os.path.join(path, s["file"]), s) for s in m.segments]
     except BaseException:
         vec.close()
@@ -144,7 +144,7 @@ class Collection:
                          pipeline_version=pipeline_version, filter_fields=filter_fields, created=time.time(),
                          index_heading_path=bool(index_heading_path), sparse_params=sparse_params,
                          sparse=sparse.prepare_commit(path, 0),
-                         vectors={"file": os.path.basename(vec.path), "rows": 0, "crc": 0},
+                         vectors=vec.entry(),
                          dense=dense.prepare_commit(path, 0, vec.view(0)), format=FORMAT_VERSION)
             m, _ = write_commit(path, m, filters)
         except BaseException:
@@ -256,7 +256,7 @@ class Collection:
             total = self._vec.rows
             self._vec.sync()
             m = old.replace(generation=gen, rows=total,
-                            vectors={"file": os.path.basename(self._vec.path), "rows": total, "crc": self._vec.crc},
+                            vectors=self._vec.entry(),
                             dense=self._dense.prepare_commit(self._path, gen, self._vec.view(total, sequential=True)),
                             payload=old.payload if payload is None else payload)
             seg = _concat(st.pending) if st.pending else None
@@ -417,7 +417,7 @@ class Collection:
     def verify(self) -> None:
         """Reads every committed float32 row and the graph file, and checks them against the manifest."""
         v = self._manifest.vectors
-        self._vec.verify(v["rows"], v["crc"])
+        self._vec.verify(v["rows"], value_of(v))
         self._dense.verify(self._path, self._manifest.dense)
 
     # ------------------------------------------------------------------ writing

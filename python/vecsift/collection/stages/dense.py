@@ -27,7 +27,8 @@ import numpy as np
 from vecsift import _core
 from vecsift.index.binary import BinaryIndex
 from vecsift.errors import CorruptIndexError
-from vecsift.storage.framing import file_crc, missing_file
+from vecsift.storage.checksum import ZLIB, file_checksum
+from vecsift.storage.framing import missing_file
 from vecsift.storage.rowfile import RowFile
 
 # Chosen by measurement (bench/bench_collection.py, 100k PyPI summaries
@@ -123,11 +124,10 @@ class BQDense:
 
     @classmethod
     def load(cls, directory, entry: dict, dim: int, metric: str, params: dict, writable: bool) -> "BQDense":
-        rf = RowFile.open(os.path.join(directory, entry["file"]), "codes", "uint8", (dim + 7) // 8,
-                          entry["rows"], entry["crc"], writable)
+        rf = RowFile.open_entry(directory, entry, "codes", "uint8", (dim + 7) // 8, writable)
         self = cls(dim, metric, params, rf)
         if entry["rows"]:
-            self.index.add(rf.read_all(entry["rows"], entry["crc"]))  # verified against the manifest
+            self.index.add(rf.read_all(entry["rows"], rf.crc))  # verified against the manifest
         return self
 
     @property
@@ -141,7 +141,7 @@ class BQDense:
 
     def prepare_commit(self, directory, gen: int, vectors) -> dict:
         self.codes.sync()
-        return {"file": os.path.basename(self.codes.path), "rows": self.codes.rows, "crc": self.codes.crc}
+        return self.codes.entry()
 
     def publish(self) -> None:
         """Called with the collection's write lock held (no native search running)."""
@@ -262,7 +262,7 @@ class HNSWDense:
         if "crc32c" in entry:
             ok = HNSWIndex.verify_file(path) == entry["crc32c"]
         else:
-            ok = file_crc(path) == entry["crc"]
+            ok = file_checksum(path, ZLIB) == entry[ZLIB]
         if not ok:
             raise CorruptIndexError(f"{path}: checksum does not match the manifest")
 

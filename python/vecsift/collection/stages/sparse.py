@@ -7,8 +7,8 @@ snapshot's allow set, so rows indexed by a commit still in progress, and rows
 that are not allowed, are never scored, and BM25's statistics (N, avgdl, df)
 are those of the allowed rows (statistics="allowed"): a tenant's scores are
 what an index of only its own visible chunks would give. The index file is
-rewritten whole at each commit that changed it (bm25-G.bin) and its crc32 kept
-in the manifest.
+rewritten whole at each commit that changed it (bm25-G.bin) and its CRC-32C kept
+in the manifest (the file keeps its own zlib trailer, text/bm25.py).
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from vecsift.errors import CorruptIndexError
 from vecsift.collection.ingest import HEADING_SEP  # noqa: F401 - documented separator of heading paths
-from vecsift.storage.framing import crc32, file_crc, missing_file
+from vecsift.storage.checksum import CRC32C, check, file_checksum
+from vecsift.storage.framing import missing_file
 
 
 def indexed_texts(table: pa.Table, with_heading_path: bool) -> pa.Array:
@@ -62,8 +62,7 @@ class BM25Sparse:
                 data = f.read()
         except FileNotFoundError:
             raise missing_file(path) from None
-        if crc32(data) != entry["crc"]:
-            raise CorruptIndexError(f"{path}: checksum does not match the manifest")
+        check(entry, data, path)
         return cls(BM25Index._from_bytes(data, None, path), dict(entry))
 
     def add_rows(self, start: int, texts: pa.Array) -> None:
@@ -85,7 +84,7 @@ class BM25Sparse:
         name = f"bm25-{gen}.bin"
         path = os.path.join(directory, name)
         self.index.save(path)  # written and fsynced; the manifest makes it live
-        self.entry = {"file": name, "crc": file_crc(path)}
+        self.entry = {"file": name, CRC32C: file_checksum(path)}
         self.changed = False
         return self.entry
 
