@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import vecsift
 from vecsift.integrations.postgres import source
 from vecsift.integrations.postgres.source import Mapping, PgImportError, Query
-from vecsift.integrations.postgres.state import read_state, write_state
+from vecsift.integrations.postgres.state import commit_state, read_state
 from vecsift.tools.progress import progress_bar
 
 
@@ -91,8 +91,7 @@ def import_pg(dsn, table: str, *, id: str, vector: str, out, text=None, tenant=N
                 since_commit += n
                 bar.update(fields.n)
                 if since_commit >= commit_rows and coll is not None:
-                    write_state(coll, _state(mapping, watermark, last_id, False))
-                    coll.commit()
+                    commit_state(coll, _state(mapping, watermark, last_id, False))
                     since_commit = 0
         finally:
             bar.close()
@@ -102,11 +101,13 @@ def import_pg(dsn, table: str, *, id: str, vector: str, out, text=None, tenant=N
                 raise PgImportError(f"table {table!r} has no rows with a vector; nothing to size a collection by")
             coll = _create(out, dim, metric or desc.metric or "cosine", index, filter_fields, None, mapping,
                            index_params)
-        write_state(coll, _state(mapping, watermark, last_id, True))
-        coll.commit()
+        commit_state(coll, _state(mapping, watermark, last_id, True))
     except BaseException:
-        if coll is not None and last_id is not None:  # close() commits what was added: say up to where
-            write_state(coll, _state(mapping, watermark, last_id, False))
+        if coll is not None and last_id is not None:  # commit what was added, saying up to where
+            try:
+                commit_state(coll, _state(mapping, watermark, last_id, False))
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                pass
         raise
     finally:
         conn.close()

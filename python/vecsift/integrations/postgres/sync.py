@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 import vecsift
 from vecsift.integrations.postgres import source
 from vecsift.integrations.postgres.source import Mapping, PgImportError, Query
-from vecsift.integrations.postgres.state import read_state, write_state
+from vecsift.integrations.postgres.state import commit_state, read_state
 from vecsift.tools.progress import progress_bar
 
 
@@ -93,8 +93,7 @@ def sync_pg(dsn, out, *, updated=None, deleted=None, remove_missing: bool = True
         gone_missing = coll.delete(ids=missing) if len(missing) else 0
         state["mapping"] = mapping.to_dict()
         state["watermark"] = new_wm if new_wm is not None else old_wm
-        write_state(coll, state)
-        coll.commit()
+        commit_state(coll, state)
     finally:
         coll.close()
     return SyncReport(upserted, removed, gone_missing, state["watermark"], time.perf_counter() - t0)
