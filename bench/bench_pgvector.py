@@ -122,13 +122,13 @@ def part_search(pg, args, results):
     from pgvector.psycopg import register_vector
 
     x16 = np.load(DATA / "vectors.f16.npy", mmap_mode="r")
-    base = np.asarray(x16[:100_000], np.float32)
+    base = np.asarray(x16[:args.search_rows], np.float32)
     queries = np.asarray(x16[100_000:100_000 + args.queries], np.float32)
     conn = psycopg.connect(pg.dsn, autocommit=True)
     register_vector(conn)
     load_s = make_table(conn, "pypi", base)
     conn.execute("VACUUM ANALYZE pypi")
-    log(f"loaded 100k rows into PostgreSQL in {load_s:.1f} s")
+    log(f"loaded {len(base)} rows into PostgreSQL in {load_s:.1f} s")
     t0 = time.perf_counter()
     conn.execute(f"SET maintenance_work_mem = '2GB'")
     conn.execute(f"CREATE INDEX ON pypi USING hnsw (emb vector_cosine_ops) WITH (m = {args.m}, "
@@ -155,6 +155,19 @@ def part_search(pg, args, results):
         sweep.append(row)
         log(f"ef {ef:4d}: pgvector recall {row['pg_recall']:.3f} {row['pg_qps']:7.0f} QPS | "
             f"vecsift recall {row['vs_recall']:.3f} {row['vs_qps']:7.0f} QPS")
+    # the quantised first stage (index="bq": sign-bit scan + exact rescoring), for reference: no graph
+    t0 = time.perf_counter()
+    import_pg(pg.dsn, "pypi", id="id", vector="emb", metadata=["tenant", "bucket"], out=out / "bq", index="bq",
+              progress=False)
+    bq_build = time.perf_counter() - t0
+    bq = vecsift.open(out / "bq", readonly=True)
+    bq_sweep = []
+    for ov in args.oversample:
+        ids_, s_ = timed(lambda: [[int(h.id) for h in bq.search(q, k=K, oversample=ov, threads=1)] for q in queries],
+                         args.reps)
+        bq_sweep.append({"oversample": ov, "recall": recall(ids_, truth), "qps": len(queries) / s_})
+        log(f"bq oversample {ov:3d}: vecsift recall {bq_sweep[-1]['recall']:.3f} {bq_sweep[-1]['qps']:7.0f} QPS")
+    bq.close()
     target = 0.95
     pg_at = next((r for r in sweep if r["pg_recall"] >= target), None)
     vs_at = next((r for r in sweep if r["vs_recall"] >= target), None)
@@ -188,7 +201,7 @@ def part_search(pg, args, results):
             c.close()
 
     filtered = []
-    ids = np.arange(100_000)
+    ids = np.arange(len(base))
     for label, col, val, mod in (("1%", "tenant", 7, 100), ("10%", "bucket", 3, 10)):
         allowed = np.flatnonzero(ids % mod == val)
         t_ids, _ = vecsift.exact_search(bn[allowed], qn, K, "ip")
@@ -208,9 +221,9 @@ def part_search(pg, args, results):
     coll.close()
     conn.close()
     shutil.rmtree(out, ignore_errors=True)
-    results["search"] = {"rows": 100_000, "queries": len(queries), "m": args.m, "ef_construction": args.efc,
+    results["search"] = {"rows": len(base), "queries": len(queries), "m": args.m, "ef_construction": args.efc,
                          "pg_build_s": pg_build, "vs_import_build_s": vs_build, "pg_load_s": load_s,
-                         "sweep": sweep, "ratio_at_095": ratio, "two": two, "filtered": filtered}
+                         "sweep": sweep, "ratio_at_095": ratio, "bq_import_s": bq_build, "bq_sweep": bq_sweep, "two": two, "filtered": filtered}
 
 
 def generated(n, seed=0, sigma=0.02):
@@ -250,6 +263,20 @@ def part_scale(pg, args, results):
     decode_s = time.perf_counter() - t0
     c2.close()
     log(f"COPY + decode alone: {n} rows in {decode_s:.1f} s ({decode_s / n * 1e6:.2f} us/row)")
+    # for comparison: psycopg's own row iteration (binary COPY rows with pgvector's loader), first 200k rows
+    from pgvector.psycopg import register_vector
+    c3 = psycopg.connect(pg.dsn)
+    register_vector(c3)
+    t0 = time.perf_counter()
+    m = 0
+    with c3.cursor() as cur, cur.copy("COPY (SELECT id::text, emb FROM big ORDER BY id LIMIT 200000) "
+                                      "TO STDOUT (FORMAT binary)") as cp:
+        cp.set_types(["text", "vector"])
+        vecs = [row[1] for row in cp.rows()]
+        m = len(vecs)
+    rows_s = time.perf_counter() - t0
+    c3.close()
+    log(f"psycopg row iteration (rows(), pgvector loader): {m} rows in {rows_s:.1f} s ({rows_s / m * 1e6:.2f} us/row)")
     out = Path(tempfile.mkdtemp(prefix="vs-pgbench-", dir=args.tmp))
     rep = import_pg(pg.dsn, "big", id="id", vector="emb", metadata=["tenant", "bucket"], updated="updated",
                     out=out / "bq", index="bq", progress=False)
@@ -269,7 +296,7 @@ def part_scale(pg, args, results):
     conn.close()
     shutil.rmtree(out, ignore_errors=True)
     results["scale"] = {"rows": args.rows, "pg_load_s": load_s, "decode_s": decode_s,
-                        "decode_us_per_row": decode_s / n * 1e6, "import_s": rep.seconds,
+                        "decode_us_per_row": decode_s / n * 1e6, "psycopg_rows_us_per_row": rows_s / m * 1e6, "import_s": rep.seconds,
                         "import_rows_per_s": rep.rows_per_second, "sync_s": s.seconds, "sync_upserted": s.upserted,
                         "sync_removed": s.removed_missing, "sync_noop_s": s2.seconds, "count_ok": ok,
                         "top10_sim_real": float(sims_real.mean()), "top10_sim_generated": float(sims_gen.mean())}
@@ -280,9 +307,11 @@ def main():
     ap.add_argument("--part", choices=("search", "scale", "both"), default="both")
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--queries", type=int, default=500)
+    ap.add_argument("--search-rows", type=int, default=100_000, help="rows of the real set for the search part")
     ap.add_argument("--m", type=int, default=16)
     ap.add_argument("--efc", type=int, default=64)
     ap.add_argument("--ef", type=int, nargs="+", default=[10, 20, 40, 80, 160])
+    ap.add_argument("--oversample", type=int, nargs="+", default=[4, 8, 16, 32])
     ap.add_argument("--filter-ef", type=int, nargs="+", default=[40, 320])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--tmp", default="/tmp")

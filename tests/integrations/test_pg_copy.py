@@ -5,6 +5,7 @@ import struct
 import numpy as np
 import pyarrow as pa
 import pytest
+from pg_server import pg_dsn  # noqa: F401 - the fixture
 from pg_rows import BIN, EXPECTED, META, recorded_query, record
 
 from vecsift.integrations.postgres.copy_binary import SIGNATURE, CopyFormatError, CopyReader

@@ -4,6 +4,7 @@ import os
 import numpy as np
 import psycopg
 import pytest
+from pg_server import pg_dsn  # noqa: F401 - the fixture
 
 import vecsift
 from vecsift.integrations.postgres import PgImportError, import_pg, importer, sync_pg

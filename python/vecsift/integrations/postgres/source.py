@@ -285,9 +285,11 @@ def stream(conn, sql: str, params, ncols: int, batch_rows: int):
 
 
 def count(conn, q: Query, extra_where, params) -> int:
-    sql = q.sql(extra_where, order=False)
-    n = conn.execute(f"SELECT count(*) FROM ({sql}) s", params).fetchone()[0]
-    return int(n)
+    """Rows the import will read (for the progress bar): the same WHERE, none of the select list's work."""
+    m = q.table.mapping
+    where = ([f"({m.where})"] if m.where else []) + extra_where
+    sql = f"SELECT count(*) FROM {m.table}" + (" WHERE " + " AND ".join(where) if where else "")
+    return int(conn.execute(sql, params).fetchone()[0])
 
 
 def first_dim(fields: Fields):
