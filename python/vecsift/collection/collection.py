@@ -48,6 +48,7 @@ from vecsift.collection.commit import write_commit
 from vecsift.collection.compaction import compact_files
 from vecsift.collection.filters import Filters, rows_of
 from vecsift.collection.hits import HitBuilder
+from vecsift.collection.pgvocab import metric_name, resolve_ef
 from vecsift.collection.rwlock import RWLock
 from vecsift.collection.snapshot import Snapshot, empty_snapshot, take_snapshot
 from vecsift.collection.stages.dense import KINDS
@@ -122,7 +123,7 @@ class Collection:
         """
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
-        check_metric(metric)
+        metric = check_metric(metric_name(metric))  # pgvector spellings (<=>, vector_cosine_ops) too
         if index not in KINDS:
             raise ValueError(f"index must be one of {sorted(KINDS)}, got {index!r}")
         if isinstance(filter_fields, str):
@@ -521,7 +522,7 @@ class Collection:
     # ------------------------------------------------------------------ searching
     def search(self, vector=None, text=None, k: int = 10, tenant=None, groups=None, where=None, *, mode=None,
                candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
-               threads: int = 0, stats=None) -> list:
+               threads: int = 0, stats=None, ef_search=None) -> list:
         """Top-k chunks as Hits, best first.
 
         mode: "dense" (vector), "sparse" (BM25 over text) or "hybrid" (both,
@@ -533,7 +534,10 @@ class Collection:
         the RRF score (hybrid); dense_rank / sparse_rank are 1-based, None where
         that retriever did not return the chunk. stats: a vecsift.collection.SearchStats
         to add the dense stage's counters to (distances, hops, rows scanned exactly...).
+        Hit.distance is the distance pgvector would report (dense only). ef_search:
+        pgvector's name for ef.
         """
+        ef = resolve_ef(ef, ef_search)
         q = None
         if vector is not None:
             q = as_vectors(vector, "vector", dim=self.dim)
@@ -546,8 +550,9 @@ class Collection:
 
     def search_batch(self, vectors=None, texts=None, k: int = 10, tenant=None, groups=None, where=None, *,
                      mode=None, candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
-                     threads: int = 0, stats=None) -> list:
+                     threads: int = 0, stats=None, ef_search=None) -> list:
         """search() for many queries (rows of `vectors` and/or items of `texts`), one filter for all."""
+        ef = resolve_ef(ef, ef_search)
         q = None if vectors is None else as_vectors(vectors, "vectors", dim=self.dim)
         if texts is not None:
             if isinstance(texts, str):
@@ -559,8 +564,9 @@ class Collection:
                             threads, stats)
 
     def search_rows(self, vectors, k: int = 10, tenant=None, groups=None, where=None, ef=None, oversample=None,
-                    threads: int = 0, stats=None):
+                    threads: int = 0, stats=None, ef_search=None):
         """Dense search returning (rows int64, scores float32) arrays, pad -1 (for benchmarks)."""
+        ef = resolve_ef(ef, ef_search)
         snap = self._snap
         q = as_vectors(vectors, "vectors", dim=self.dim)
         req = cascade.request(q, None, k, "dense", ef=ef, oversample=oversample, threads=threads)
@@ -577,7 +583,7 @@ class Collection:
         req = cascade.request(q, texts, k, mode, candidates, rrf_k, weights, ef, oversample, threads)
         lists = cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where), stats)
         if req.mode == "dense":
-            return snap.hits.build_dense(*lists.dense)
+            return snap.hits.build_dense(*lists.dense, metric=self.metric)
         if req.mode == "sparse":
             return [snap.hits.build(rows, scores.tolist(), sparse_ranks=list(range(1, len(rows) + 1)))
                     for rows, scores in lists.sparse]
