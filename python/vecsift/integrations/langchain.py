@@ -77,6 +77,27 @@ def _document(hit) -> Document:
     return Document(id=hit.id, page_content=hit.text or "", metadata=_metadata_of(hit))
 
 
+class VecsiftEmbeddings(Embeddings):
+    """A vecsift embedder (HashingEmbedder, SentenceTransformerEmbedder, FunctionEmbedder...) as LangChain
+    Embeddings; its name is what the store records as the collection's model."""
+
+    def __init__(self, embedder):
+        from vecsift.collection import as_embedder
+
+        self.embedder = as_embedder(embedder)
+        self.model = self.embedder.name
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        from vecsift.collection import embed_texts
+
+        return embed_texts(self.embedder, texts).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        from vecsift.collection import embed_query
+
+        return embed_query(self.embedder, text).tolist()
+
+
 class VecsiftVectorStore(VectorStore):
     """A LangChain vector store backed by a vecsift Collection.
 

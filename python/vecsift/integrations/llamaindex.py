@@ -28,6 +28,7 @@ import os
 from typing import Any, List, Optional, Sequence
 
 try:
+    from llama_index.core.base.embeddings.base import BaseEmbedding
     from llama_index.core.bridge.pydantic import PrivateAttr
     from llama_index.core.schema import BaseNode, MetadataMode, TextNode
     from llama_index.core.vector_stores.types import (BasePydanticVectorStore, VectorStoreQuery,
@@ -55,6 +56,40 @@ def _node(hit) -> BaseNode:
         meta.update({k: v for k, v in hit.provenance.items() if k != "pipeline_version"})
         node = TextNode(id_=hit.id, text=hit.text or "", metadata=meta)
     return node
+
+
+class VecsiftEmbedding(BaseEmbedding):
+    """A vecsift embedder (HashingEmbedder, SentenceTransformerEmbedder, FunctionEmbedder...) as a
+    LlamaIndex embed_model."""
+
+    _embedder: Any = PrivateAttr(default=None)
+
+    def __init__(self, embedder, **kwargs):
+        from vecsift.collection import as_embedder
+
+        embedder = as_embedder(embedder)
+        super().__init__(model_name=embedder.name, **kwargs)
+        self._embedder = embedder
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "VecsiftEmbedding"
+
+    def _get_query_embedding(self, query: str) -> List[float]:
+        from vecsift.collection import embed_query
+
+        return embed_query(self._embedder, query).tolist()
+
+    async def _aget_query_embedding(self, query: str) -> List[float]:
+        return self._get_query_embedding(query)
+
+    def _get_text_embedding(self, text: str) -> List[float]:
+        return self._get_text_embeddings([text])[0]
+
+    def _get_text_embeddings(self, texts: List[str]) -> List[List[float]]:
+        from vecsift.collection import embed_texts
+
+        return embed_texts(self._embedder, texts).tolist()
 
 
 def hybrid_weights(alpha):
