@@ -131,8 +131,9 @@ def test_long_add_is_batched(tmp_path):
 def test_heading_path_is_embedded_with_the_text(tmp_path):
     e = Counting(dim=16)
     with vecsift.Collection.create(tmp_path / "c", embedder=e, index_heading_path=True) as c:
-        c.add(["x"], texts=["body"], heading_path=["Guide", "Install"])
-        assert e.batches == [c.text_for_embedding(["body"], heading_path=["Guide", "Install"])]
+        c.add(["x"], texts=["body"], heading_path=[["Guide", "Install"]])
+        assert e.batches == [c.text_for_embedding(["body"], heading_path=[["Guide", "Install"]])]
+        assert e.batches[0][0].startswith("Guide > Install")
 
 
 def test_manifest_model_and_dim_checked_on_open(tmp_path):

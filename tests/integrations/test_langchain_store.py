@@ -260,3 +260,12 @@ def test_reads_chunks_written_by_collection_add(tmp_path):
     assert s.get_by_ids(["c1"]) == [Document(id="c1", page_content="plain chunk",
                                              metadata={"page": 3, "source": "a.pdf"})]
     coll.close()
+
+
+@pytest.mark.asyncio
+async def test_concurrent_async_adds_create_one_collection(tmp_path):
+    s = VecsiftVectorStore(HashEmbeddings(delay=0.05), path=tmp_path / "kb")
+    batches = [[Document(id=f"b{b}-{i}", page_content=f"text {b} {i}") for i in range(5)] for b in range(4)]
+    await asyncio.gather(*(s.aadd_documents(batch) for batch in batches))
+    assert sorted(s.collection.ids()) == sorted(d.id for batch in batches for d in batch)
+    s.close()

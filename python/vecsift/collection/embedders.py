@@ -190,3 +190,45 @@ def embed_query(embedder, text: str) -> np.ndarray:
     fn = getattr(embedder, "embed_query", None)
     vec = fn(text) if fn is not None else embedder([text])[0]
     return _checked(np.asarray(vec, dtype=np.float32).reshape(1, -1), 1, embedder.dim, embedder.name)[0]
+
+
+# ------------------------------------------------------------------ the Collection's hooks
+def for_create(embedder, dim, model):
+    """(embedder, dim, model) for Collection.create: dim and model default to the embedder's, and must match it."""
+    embedder = as_embedder(embedder)
+    if embedder is None:
+        if dim is None:
+            raise ValueError("Collection.create needs dim=... (or embedder=..., whose dimension is used)")
+        return None, dim, model
+    dim = embedder.dim if dim is None else dim
+    model = embedder.name if model is None else model
+    check_against(embedder, model, dim)
+    return embedder, dim, model
+
+
+def vectors_for_add(coll, embedder, texts, heading_path=None) -> np.ndarray:
+    """The vectors of an add() given texts and no vectors: the texts embedded as BM25 indexes them."""
+    if embedder is None:
+        raise ValueError("add needs vectors=... (or an embedder on the collection, and texts=...)")
+    if texts is None:
+        raise ValueError("add without vectors needs texts=... to embed")
+    if isinstance(texts, str):
+        raise TypeError("texts must be a sequence of strings (one per chunk), got a single string")
+    return embed_texts(embedder, coll.text_for_embedding(texts, heading_path=heading_path))
+
+
+def query_vector(embedder, vector, text, mode):
+    """The query vector of a search: the given one, else the text embedded when the mode needs a vector."""
+    if vector is not None or text is None or embedder is None or mode == "sparse":
+        return vector
+    return embed_query(embedder, text)
+
+
+def query_vectors(embedder, vectors, texts, mode):
+    """query_vector for search_batch."""
+    if vectors is not None or texts is None or embedder is None or mode == "sparse" or isinstance(texts, str):
+        return vectors
+    texts = list(texts)
+    if not texts:
+        return None
+    return np.stack([embed_query(embedder, t) for t in texts])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import uuid
 from typing import Any, Iterable, Sequence
 
@@ -127,6 +128,7 @@ class VecsiftVectorStore(VectorStore):
         if collection is None and os.path.exists(os.path.join(self._path, "MANIFEST")):
             collection = vecsift.open(self._path)
         self._collection = None
+        self._create_lock = threading.Lock()  # concurrent first adds (async callers) create one collection
         if collection is not None:
             self._attach(collection)
 
@@ -157,8 +159,9 @@ class VecsiftVectorStore(VectorStore):
             self._collection.close()
 
     def _writable_collection(self, dim: int):
-        if self._collection is None:
-            self._collection = vecsift.Collection.create(self._path, dim, model=self._model, **self._create)
+        with self._create_lock:
+            if self._collection is None:
+                self._collection = vecsift.Collection.create(self._path, dim, model=self._model, **self._create)
         return self._collection
 
     def _scope(self) -> dict:

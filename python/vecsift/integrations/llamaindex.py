@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
 from typing import Any, List, Optional, Sequence
 
 try:
@@ -120,6 +121,7 @@ class VecsiftVectorStore(BasePydanticVectorStore):
     _collection: Any = PrivateAttr(default=None)
     _path: Optional[str] = PrivateAttr(default=None)
     _create: dict = PrivateAttr(default_factory=dict)
+    _create_lock: Any = PrivateAttr(default_factory=threading.Lock)
 
     def __init__(self, collection=None, *, path=None, tenant=None, groups=None, acl=None, auto_commit: bool = True,
                  metric: str = "cosine", index: str = "hnsw", filter_fields=(), model: str | None = None,
@@ -170,9 +172,10 @@ class VecsiftVectorStore(BasePydanticVectorStore):
             raise ValueError(f"nodes without an embedding (embed them first, e.g. through VectorStoreIndex): "
                              f"{missing[:5]}")
         vectors = np.asarray([n.embedding for n in nodes], dtype=np.float32)
+        with self._create_lock:  # concurrent first adds create one collection
+            if self._collection is None:
+                self._collection = vecsift.Collection.create(self._path, vectors.shape[1], **self._create)
         coll = self._collection
-        if coll is None:
-            coll = self._collection = vecsift.Collection.create(self._path, vectors.shape[1], **self._create)
         fields = coll.filter_fields
         ids, texts, doc_ids, rows = [], [], [], []
         for n in nodes:
