@@ -1,56 +1,77 @@
-"""LangChain filter dicts are where= language: checked (unknown operators refused up front) and passed on."""
+"""LangChain filter dicts through the store: Collection's where= language, every operator end to end."""
 import pytest
+from langchain_core.documents import Document
 
-from vecsift.integrations.where import and_, check_where, where_from_langchain
+from test_langchain_store import HashEmbeddings
+from vecsift.integrations.langchain import VecsiftVectorStore
+from vecsift.integrations.where import where_from_langchain
+
+DOCS = [
+    Document(id="a", page_content="alpha", metadata={"lang": "en", "year": 2021, "score": 0.5, "tags": ["x", "y"],
+                                                     "draft": False, "date": "2024-01-15"}),
+    Document(id="b", page_content="beta", metadata={"lang": "de", "year": 2023, "score": 0.9, "tags": ["y"],
+                                                    "draft": True, "date": "2024-03-01"}),
+    Document(id="c", page_content="gamma", metadata={"lang": "en", "year": 2024, "score": 0.1, "tags": [],
+                                                     "date": "2024-06-30"}),
+    Document(id="d", page_content="delta", metadata={"lang": "fr", "score": 0.7, "tags": ["z"], "draft": False}),
+    Document(id="e", page_content="epsilon", metadata={"lang": "English", "year": 2020}),
+]
+FIELDS = ["lang", "year", "score", "tags", "draft", "date"]
+
+CASES = [
+    ({"lang": "en"}, "ac"),
+    ({"lang": "en", "year": 2024}, "c"),
+    ({"lang": ["de", "fr"]}, "bd"),
+    ({"year": {"$eq": 2023}}, "b"),
+    ({"year": {"$ne": 2023}}, "acde"),  # a missing value matches $ne
+    ({"year": {"$gt": 2021}}, "bc"),
+    ({"year": {"$gte": 2021, "$lt": 2024}}, "ab"),
+    ({"score": {"$lte": 0.5}}, "ac"),
+    ({"year": {"$between": [2020, 2021]}}, "ae"),
+    ({"lang": {"$in": ["de", "fr"]}}, "bd"),
+    ({"lang": {"$nin": ["en", "de"]}}, "de"),
+    ({"year": {"$exists": True}}, "abce"),
+    ({"year": {"$exists": False}}, "d"),
+    ({"tags": "y"}, "ab"),  # a list field: holds the value
+    ({"tags": {"$in": ["x", "z"]}}, "ad"),
+    ({"tags": {"$exists": False}}, "ce"),  # [] and missing
+    ({"draft": True}, "b"),
+    ({"date": {"$between": ["2024-02-01", "2024-06-30"]}}, "bc"),
+    ({"lang": {"$like": "E%"}}, "e"),
+    ({"lang": {"$ilike": "e%"}}, "ace"),
+    ({"$or": [{"lang": "de"}, {"year": {"$lt": 2021}}]}, "be"),
+    ({"$and": [{"lang": "en"}, {"$or": [{"year": 2021}, {"score": {"$lt": 0.2}}]}]}, "ac"),
+    ({"$not": {"lang": "en"}}, "bde"),
+    ({"year": {"$not": {"$gt": 2021}}}, "ade"),
+    ({"must": [{"key": "lang", "match": {"value": "en"}}], "must_not": [{"key": "year", "range": {"gt": 2022}}]},
+     "a"),
+]
 
 
-@pytest.mark.parametrize("f", [
-    {"lang": "en"},
-    {"lang": "en", "year": 2024},
-    {"year": {"$gte": 2020, "$lt": 2025}},
-    {"lang": {"$in": ["en", "de"]}, "year": {"$nin": [2019]}},
-    {"year": {"$between": [2020, 2022]}},
-    {"tag": {"$exists": True}},
-    {"$and": [{"lang": "en"}, {"$or": [{"year": 2024}, {"year": {"$lt": 2000}}]}]},
-    {"$not": {"lang": {"$ne": "en"}}},
-    {"lang": ["en", "de"]},
-    {"draft": False, "score": 0.5, "note": None},
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    s = VecsiftVectorStore.from_documents(DOCS, HashEmbeddings(), path=tmp_path_factory.mktemp("f") / "kb",
+                                          filter_fields=FIELDS)
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("f,want", CASES, ids=[str(c[0]) for c in CASES])
+def test_filter(store, f, want):
+    for mode in ("dense", "hybrid"):
+        got = store.similarity_search("alpha beta gamma delta epsilon", k=10, filter=f, mode=mode)
+        assert "".join(sorted(d.id for d in got)) == want
+    assert where_from_langchain(f) is f  # passed on unchanged
+
+
+@pytest.mark.parametrize("f,err,match", [
+    ({"author": "me"}, ValueError, "unknown filter field 'author'"),
+    ({"lang": {"$regex": "e.*"}}, ValueError, r"unknown operator '\$regex'"),
+    ({"$xor": [{"lang": "en"}]}, ValueError, r"unknown operator '\$xor'"),
+    ({"year": {"$gt": "soon"}}, TypeError, "holds number values"),
+    ({"lang": {"$in": "en"}}, TypeError, "takes a list"),
+    ([("lang", "en")], TypeError, "must be a dict"),
 ])
-def test_valid_filters_pass_through(f):
-    assert where_from_langchain(f) == f
-
-
-def test_none_and_empty():
-    assert where_from_langchain(None) is None
-    assert where_from_langchain({}) == {}
-
-
-@pytest.mark.parametrize("f,err", [
-    ({"lang": {"$like": "e%"}}, r"unknown operator '\$like'"),
-    ({"$xor": [{"a": 1}]}, r"unknown operator '\$xor'"),
-    ({"$and": []}, "non-empty list"),
-    ({"$or": {"a": 1}}, "non-empty list"),
-    ({"a": {"$in": "en"}}, "takes a list"),
-    ({"a": {"$between": [1]}}, r"\[low, high\]"),
-    ({"a": {"$exists": "yes"}}, "true or false"),
-    ({"a": {"$gt": {"x": 1}}}, "scalar"),
-    ({"a": {}}, "empty condition"),
-    ({"$and": [{"a": {"$lte": [1]}}]}, r"filter\['\$and'\]\[0\]\['a'\]"),  # the path of the bad part is named
-])
-def test_bad_filters_refused_with_the_reason(f, err):
-    with pytest.raises(ValueError, match=err):
-        where_from_langchain(f)
-
-
-def test_type_errors():
-    with pytest.raises(TypeError, match="must be a dict"):
-        where_from_langchain([("a", 1)])
-    with pytest.raises(TypeError, match="keys must be strings"):
-        check_where({1: "a"})
-
-
-def test_and_merges_disjoint_keys():
-    assert and_([{"a": 1}, {"b": 2}]) == {"a": 1, "b": 2}
-    assert and_([{"a": 1}, {"a": 2}]) == {"$and": [{"a": 1}, {"a": 2}]}
-    assert and_([{"a": 1}, {"$or": [{"b": 1}, {"c": 1}]}]) == {"$and": [{"a": 1}, {"$or": [{"b": 1}, {"c": 1}]}]}
-    assert and_([None, {}]) is None
+def test_bad_filters_are_refused(store, f, err, match):
+    with pytest.raises(err, match=match):
+        store.similarity_search("alpha", k=3, filter=f)

@@ -16,10 +16,16 @@ AUTHORS = ["alice", "bob", "carol"]
 N = 36
 
 
+TITLES = ["setup_guide", "setupxguide", "50% off", "Release notes", "release candidate", "API reference"]
+
+
 def _meta(i):
-    m = {"author": AUTHORS[i % 3], "rating": [1.5, 3.0, 4.5, 5.0][i % 4], "kind": ["", "note", "paper"][i % 3]}
+    m = {"author": AUTHORS[i % 3], "rating": [1.5, 3.0, 4.5, 5.0][i % 4], "kind": ["", "note", "paper"][i % 3],
+         "title": TITLES[i % 6]}
     if i % 5:  # every fifth node has no year: exercises missing values
         m["year"] = 2019 + i % 6
+    if i % 7:  # tags: a list field (every seventh has none, and some have an empty list)
+        m["tags"] = [WORDS[j] for j in range(10) if (i >> (j % 4)) & 1 and (i + j) % 3 == 0][:3]
     return m
 
 
@@ -35,7 +41,7 @@ def _nodes():
 
 @pytest.fixture
 def store(tmp_path):
-    s = VecsiftVectorStore(path=tmp_path / "kb", filter_fields=["author", "year", "rating", "kind"])
+    s = VecsiftVectorStore(path=tmp_path / "kb", filter_fields=["author", "year", "rating", "kind", "title", "tags"])
     s.add(_nodes())
     yield s
     s.close()
@@ -63,19 +69,72 @@ def _reference(filters, metas) -> set:
 
 F = MetadataFilter
 OP = FilterOperator
-# end to end through the store, compared with LlamaIndex's semantics
-E2E = [
-    MetadataFilters(filters=[F(key="author", value="bob")]),
-    MetadataFilters(filters=[F(key="year", value=2021)]),
-    MetadataFilters(filters=[F(key="rating", value=4.5, operator=OP.EQ)]),
-    MetadataFilters(filters=[F(key="author", value="alice"), F(key="year", value=2019)]),
-    MetadataFilters(filters=[F(key="author", value="carol"), F(key="kind", value="paper")]),
-    MetadataFilters(filters=[F(key="author", value="nobody")]),
-]
+AND, OR, NOT = FilterCondition.AND, FilterCondition.OR, FilterCondition.NOT
 
 
-@pytest.mark.parametrize("filters", E2E, ids=range(len(E2E)))
-def test_filters_match_llamaindex_semantics(store, filters):
+def _f(*filters, condition=AND):
+    return MetadataFilters(filters=list(filters), condition=condition)
+
+
+# every operator and condition, end to end through the store, compared with LlamaIndex's semantics
+E2E = {
+    "eq-str": _f(F(key="author", value="bob")),
+    "eq-int": _f(F(key="year", value=2021)),
+    "eq-float": _f(F(key="rating", value=4.5)),
+    "eq-empty-string": _f(F(key="kind", value="")),
+    "eq-none-match": _f(F(key="author", value="nobody")),
+    "ne-str": _f(F(key="author", value="bob", operator=OP.NE)),
+    "ne-int-missing-matches": _f(F(key="year", value=2021, operator=OP.NE)),
+    "gt": _f(F(key="year", value=2021, operator=OP.GT)),
+    "gte": _f(F(key="year", value=2021, operator=OP.GTE)),
+    "lt-float": _f(F(key="rating", value=4.5, operator=OP.LT)),
+    "lte-float": _f(F(key="rating", value=3.0, operator=OP.LTE)),
+    "in-str": _f(F(key="author", value=["alice", "carol"], operator=OP.IN)),
+    "in-int": _f(F(key="year", value=[2019, 2024], operator=OP.IN)),
+    "nin-str": _f(F(key="author", value=["alice"], operator=OP.NIN)),
+    "nin-int-missing-matches": _f(F(key="year", value=[2019, 2020], operator=OP.NIN)),
+    "any": _f(F(key="tags", value=["vector", "graph"], operator=OP.ANY)),
+    "all": _f(F(key="tags", value=["search", "ranking"], operator=OP.ALL)),
+    "all-one": _f(F(key="tags", value=["hybrid"], operator=OP.ALL)),
+    "contains": _f(F(key="tags", value="filter", operator=OP.CONTAINS)),
+    "text-match": _f(F(key="title", value="setup_", operator=OP.TEXT_MATCH)),  # "_" is literal, not a wildcard
+    "text-match-percent": _f(F(key="title", value="50%", operator=OP.TEXT_MATCH)),
+    "text-match-case": _f(F(key="title", value="release", operator=OP.TEXT_MATCH)),
+    "text-match-insensitive": _f(F(key="title", value="RELEASE", operator=OP.TEXT_MATCH_INSENSITIVE)),
+    "is-empty-string-field": _f(F(key="kind", value=None, operator=OP.IS_EMPTY)),
+    "is-empty-number-field": _f(F(key="year", value=None, operator=OP.IS_EMPTY)),
+    "is-empty-list-field": _f(F(key="tags", value=None, operator=OP.IS_EMPTY)),
+    "and": _f(F(key="author", value="alice"), F(key="year", value=2020, operator=OP.GTE)),
+    "and-same-key": _f(F(key="year", value=2020, operator=OP.GT), F(key="year", value=2023, operator=OP.LT)),
+    "or": _f(F(key="author", value="bob"), F(key="rating", value=5.0), condition=OR),
+    "not": _f(F(key="author", value="bob"), F(key="year", value=2021), condition=NOT),
+    "not-one": _f(F(key="tags", value=["vector"], operator=OP.ANY), condition=NOT),
+    "nested": _f(F(key="kind", value="paper"),
+                 _f(F(key="year", value=2020, operator=OP.LT), F(key="tags", value="search", operator=OP.CONTAINS),
+                    condition=OR)),
+    "nested-not": _f(_f(F(key="author", value="carol"), F(key="rating", value=1.5), condition=NOT),
+                     F(key="year", value=2019, operator=OP.NE)),
+    "deep": _f(_f(_f(F(key="author", value="alice"), F(key="author", value="bob"), condition=OR),
+                  F(key="tags", value=None, operator=OP.IS_EMPTY), condition=AND),
+               F(key="title", value="setupxguide"), condition=OR),
+}
+
+
+def test_every_operator_is_exercised():
+    def ops(f):
+        return set().union(*[ops(g) if isinstance(g, MetadataFilters) else {g.operator} for g in f.filters])
+
+    used = set().union(*[ops(f) for f in E2E.values()])
+    conds = {f.condition for f in E2E.values()}
+    assert used == set(FilterOperator) and conds == set(FilterCondition)
+    metas = {f"n{i}": _meta(i) for i in range(N)}
+    sizes = {name: len(_reference(f, metas)) for name, f in E2E.items()}
+    assert all(0 < n < N for name, n in sizes.items() if name != "eq-none-match"), sizes  # cases that discriminate
+
+
+@pytest.mark.parametrize("name", sorted(E2E))
+def test_filters_match_llamaindex_semantics(store, name):
+    filters = E2E[name]
     metas = {f"n{i}": _meta(i) for i in range(N)}
     got = store.query(_q(filters=filters))
     assert set(got.ids) == _reference(filters, metas)
@@ -152,8 +211,8 @@ def test_mmr_mode(store):
 
 
 def test_bad_queries_are_refused(store):
-    with pytest.raises(ValueError, match="text_match"):
-        store.query(_q(filters=MetadataFilters(filters=[F(key="author", value="a", operator=OP.TEXT_MATCH)])))
+    with pytest.raises(TypeError, match="holds number values"):
+        store.query(_q(filters=MetadataFilters(filters=[F(key="year", value="2020")])))
     with pytest.raises(ValueError, match="unknown filter field"):
         store.query(_q(filters=MetadataFilters(filters=[F(key="colour", value="red")])))
     with pytest.raises(ValueError, match="needs query_embedding and query_str"):

@@ -406,6 +406,11 @@ class Collection:
     def filter_fields(self) -> list:
         return list(self._manifest.filter_fields)
 
+    @property
+    def filter_kinds(self) -> dict:
+        """{filter field: "number" | "datetime" | "string" | "bool" | None (no value yet)}."""
+        return self._snap.filters.kinds
+
     def __len__(self) -> int:
         """Searchable chunks: committed and not deleted."""
         return len(self._snap.live)

@@ -9,10 +9,11 @@ What maps onto what:
   removes every chunk of the document at once), the node text -> chunk text
   (BM25 indexes it), the node itself (LlamaIndex's node_to_metadata_dict) is
   kept as JSON, so nodes come back as they went in; stores_text is True.
-- MetadataFilters (==, !=, >, <, >=, <=, in, nin, any, all, contains, is_empty;
-  and / or / not, nested) become Collection's where= (integrations/where.py), on
-  the collection's filter fields: declare the metadata keys you will filter on
-  as filter_fields when the collection is created.
+- MetadataFilters (==, !=, >, <, >=, <=, in, nin, any, all, contains,
+  text_match[_insensitive], is_empty; and / or / not, nested) become
+  Collection's where= (integrations/where.py), on the collection's filter
+  fields: declare the metadata keys you will filter on as filter_fields when
+  the collection is created.
 - query modes: default (dense, query_embedding), sparse / text_search (BM25 over
   query_str), hybrid (both fused by RRF; alpha -> weights (alpha, 1 - alpha):
   alpha=1 is dense only, 0 BM25 only, None equal weights; sparse_top_k sets
@@ -251,7 +252,7 @@ class VecsiftVectorStore(BasePydanticVectorStore):
         if coll is None:
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
         mode = query.mode
-        where = where_from_llamaindex(query.filters)
+        where = where_from_llamaindex(query.filters, coll.filter_kinds)
         k = int(query.similarity_top_k)
         scope = self._scope()
         if mode in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.MMR):
