@@ -167,3 +167,35 @@ def test_add_without_vectors_or_embedder_is_refused(tmp_path):
             c.add(["a"])
         with pytest.raises(ValueError, match="differs from the collection's model"):
             c.set_embedder(HashingEmbedder(8, name="x"))
+
+
+def test_documented_example_runs(tmp_path, monkeypatch, capsys):
+    import re
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "embedders.md"
+    blocks = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.S)
+    assert blocks
+    monkeypatch.chdir(tmp_path)
+    for code in blocks:
+        exec(compile(code, str(doc), "exec"), {"__name__": "docs_example"})
+    assert "differs from the collection's model" in capsys.readouterr().out
+
+
+def test_get_by_id_sees_what_search_sees(tmp_path):
+    e = HashingEmbedder(16)
+    with vecsift.Collection.create(tmp_path / "c", embedder=e) as c:
+        c.add(["a", "b", "c"], texts=["one", "two", "three"], tenant=["t1", "t1", "t2"])
+        c.commit()
+        hits, vecs = c.get(["c", "zz", "a"], tenant="t1", with_vectors=True)
+        assert [h and h.id for h in hits] == [None, None, "a"]  # t2's chunk is missing for t1
+        np.testing.assert_allclose(vecs[2], e(["one"])[0], rtol=1e-6)
+        assert np.isnan(vecs[:2]).all()
+        with pytest.raises(ValueError, match="tenant"):
+            c.get(["a"])
+        c.delete(ids=["a"])
+        assert c.get(["a"], tenant="t1") == [None]  # deleted: gone at once, like search
+        c.add(["b"], texts=["two again"], tenant="t1")
+        assert c.get(["b"], tenant="t1")[0].text == "two"  # the replacement shows at the commit, like search
+        c.commit()
+        assert c.get(["b"], tenant="t1")[0].text == "two again"
