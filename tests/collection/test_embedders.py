@@ -199,3 +199,32 @@ def test_get_by_id_sees_what_search_sees(tmp_path):
         assert c.get(["b"], tenant="t1")[0].text == "two"  # the replacement shows at the commit, like search
         c.commit()
         assert c.get(["b"], tenant="t1")[0].text == "two again"
+
+
+def test_sentence_transformer_wrapper_needs_a_portable_name(monkeypatch, tmp_path):
+    import sys
+    import types
+
+    class Fake:  # stands in for sentence_transformers.SentenceTransformer (no model download in tests)
+        def __init__(self, model, device=None):
+            self.model = model
+
+        def get_embedding_dimension(self):
+            return 8
+
+        def encode(self, texts, **kw):
+            assert kw["normalize_embeddings"] is True
+            return HashingEmbedder(8)(texts).astype(np.float64)
+
+    monkeypatch.setitem(sys.modules, "sentence_transformers", types.SimpleNamespace(SentenceTransformer=Fake))
+    e = SentenceTransformerEmbedder("org/some-model")
+    assert (e.name, e.dim) == ("org/some-model", 8)
+    out = e(["a b", "c"])
+    assert out.dtype == np.float32 and out.shape == (2, 8)
+    with pytest.raises(ValueError, match="give name="):
+        SentenceTransformerEmbedder(str(tmp_path))  # a local path names nothing portable
+    assert SentenceTransformerEmbedder(str(tmp_path), name="org/some-model").name == "org/some-model"
+    with vecsift.Collection.create(tmp_path / "c", embedder=e) as c:
+        c.add(["x"], texts=["a b"])
+        c.commit()
+        assert c.search(text="a b", k=1, mode="dense")[0].score == pytest.approx(1.0, abs=1e-5)

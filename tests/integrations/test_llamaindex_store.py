@@ -250,3 +250,19 @@ def test_stores_text_and_reopen(tmp_path):
     assert sorted(again.query(_q()).ids) == [f"n{i}" for i in range(5)]
     assert again.client.filter_fields == ["author"]
     again.close()
+
+
+@pytest.mark.asyncio
+async def test_async_methods(tmp_path):
+    s = VecsiftVectorStore(path=tmp_path / "kb", filter_fields=["author"])
+    ids = await s.async_add(_nodes()[:12])
+    assert ids == [f"n{i}" for i in range(12)]
+    f = MetadataFilters(filters=[F(key="author", value="bob")])
+    res = await s.aquery(_q(filters=f))
+    assert res.ids == s.query(_q(filters=f)).ids and set(res.ids) == {"n1", "n4", "n7", "n10"}
+    await s.adelete("doc0")
+    await s.adelete_nodes(["n4"])
+    assert [n.node_id for n in await s.aget_nodes(["n1", "n4", "n5"])] == ["n5"]
+    await s.aclear()
+    assert (await s.aquery(_q())).ids == []
+    s.close()

