@@ -34,7 +34,7 @@ CASES = [
     ({"year": {"$exists": False}}, "d"),
     ({"tags": "y"}, "ab"),  # a list field: holds the value
     ({"tags": {"$in": ["x", "z"]}}, "ad"),
-    ({"tags": {"$exists": False}}, "ce"),  # [] and missing
+    ({"tags": {"$exists": False}}, "e"),  # the key: c's [] is there (PGVector), d's is too
     ({"draft": True}, "b"),
     ({"date": {"$between": ["2024-02-01", "2024-06-30"]}}, "bc"),
     ({"lang": {"$like": "E%"}}, "e"),
@@ -75,3 +75,42 @@ def test_filter(store, f, want):
 def test_bad_filters_are_refused(store, f, err, match):
     with pytest.raises(err, match=match):
         store.similarity_search("alpha", k=3, filter=f)
+
+
+def test_exists_means_the_key_is_there_even_when_null(tmp_path):
+    docs = [Document(id="p", page_content="p", metadata={"mood": 0.9, "n": 1}),
+            Document(id="q", page_content="q", metadata={"mood": None, "n": 2}),  # key there, value null
+            Document(id="r", page_content="r", metadata={"n": 3})]
+    s = VecsiftVectorStore.from_documents(docs, HashEmbeddings(), path=tmp_path / "kb", filter_fields=["mood", "n"])
+
+    def ids(f):
+        return "".join(sorted(d.id for d in s.similarity_search("p", k=5, filter=f)))
+
+    assert ids({"mood": {"$exists": True}}) == "pq"
+    assert ids({"mood": {"$exists": False}}) == "r"
+    assert ids({"mood": {"$exists": True, "$gt": 0.5}}) == "p"
+    assert ids({"$or": [{"mood": {"$exists": False}}, {"n": 1}]}) == "pr"
+    assert ids({"$not": {"mood": {"$exists": True}}}) == "r"
+    assert ids({"mood": {"$not": {"$exists": False}}}) == "pq"
+    assert ids({"undeclared": {"$exists": False}}) == "pqr"  # $exists works on any key
+    assert ids({"mood": {"$gt": 0.5}}) == "p"
+    s.close()
+
+
+def test_exists_by_keys_rewrites_only_exists():
+    from vecsift.integrations.where import exists_by_keys
+
+    k = "_keys"
+    assert exists_by_keys({"a": {"$exists": True}}, k) == {k: "a"}
+    assert exists_by_keys({"a": {"$exists": False}}, k) == {"$not": {k: "a"}}
+    assert exists_by_keys({"a": {"$exists": True, "$gt": 1}, "b": 2}, k) == {"a": {"$gt": 1}, k: "a", "b": 2}
+    assert exists_by_keys({"$or": [{"a": {"$exists": True}}, {"b": {"$exists": True}}]}, k) == {
+        "$or": [{k: "a"}, {k: "b"}]}
+    assert exists_by_keys({"a": {"$exists": True}, "b": {"$exists": False}}, k) == {
+        "$and": [{k: "a"}, {"$not": {k: "b"}}]}
+    assert exists_by_keys({"a": {"$not": {"$exists": True}}}, k) == {"$not": {k: "a"}}
+    assert exists_by_keys({"a": {"$not": {"$gt": 3}}}, k) == {"a": {"$not": {"$gt": 3}}}  # no $exists: as given
+    plain = {"a": 1, "b": {"$in": [1, 2]}, "$and": [{"c": {"$lt": 3}}]}
+    assert exists_by_keys(plain, k) == plain
+    qdrant = {"must": [{"is_empty": {"key": "a"}}]}
+    assert exists_by_keys(qdrant, k) is qdrant

@@ -8,7 +8,10 @@ What maps onto what:
 - page_content is the chunk text (BM25 indexes it); Document.id the chunk id;
   re-adding an id replaces that chunk (upsert).
 - metadata is stored whole as JSON (any JSON value, exact round trip) and, for
-  the collection's filter fields, also as filterable columns. Filters use
+  the collection's filter fields, also as filterable columns. A collection the
+  store creates also indexes each document's metadata keys (_metadata_keys), so
+  $exists means "the key is there" even when its value is null (PGVector's
+  semantics) and works on any key. Filters use
   Collection's where= language (integrations/where.py); a key that is not a
   filter field of the collection is refused with an error naming the fields.
 - tenant / groups are bound to the store: every search and lookup runs inside
@@ -41,9 +44,10 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 import numpy as np
 
 import vecsift
-from vecsift.integrations.where import where_from_langchain
+from vecsift.integrations.where import exists_by_keys, where_from_langchain
 
 METADATA_JSON = "_metadata_json"  # the metadata column holding each document's whole metadata
+KEYS_FIELD = "_metadata_keys"  # filter field of the metadata keys a document has ($exists, null included)
 MODES = ("dense", "sparse", "hybrid")
 
 
@@ -123,7 +127,9 @@ class VecsiftVectorStore(VectorStore):
         self.mode, self.weights, self.candidates, self.auto_commit = mode, weights, int(candidates), auto_commit
         self._model = _model_name(embedding, model)
         self._path = None if path is None else os.fspath(path)
-        self._create = dict(create_options, metric=metric, index=index, filter_fields=list(filter_fields))
+        fields = [filter_fields] if isinstance(filter_fields, str) else list(filter_fields)
+        self._create = dict(create_options, metric=metric, index=index,
+                            filter_fields=fields + [KEYS_FIELD] * (KEYS_FIELD not in fields))
         self._owns = collection is None
         if collection is None and os.path.exists(os.path.join(self._path, "MANIFEST")):
             collection = vecsift.open(self._path)
@@ -189,8 +195,11 @@ class VecsiftVectorStore(VectorStore):
         self._check_owner(coll, ids)
         fields = coll.filter_fields
         rows = []
+        keys = KEYS_FIELD in fields
         for m in metadatas:
             row = {f: m.get(f) for f in fields}
+            if keys:
+                row[KEYS_FIELD] = sorted(str(k) for k in m)
             row[METADATA_JSON] = _encode(m)
             rows.append(row)
         acl = self.acl if acl is None else acl
@@ -250,9 +259,12 @@ class VecsiftVectorStore(VectorStore):
         if mode == "hybrid":
             extra = {"weights": weights if weights is not None else self.weights,
                      "candidates": max(int(candidates or self.candidates), k)}
+        where = where_from_langchain(filter)
+        if where and KEYS_FIELD in self._collection.filter_fields:
+            where = exists_by_keys(where, KEYS_FIELD)
         return self._collection.search(vector=None if mode == "sparse" else vector,
-                                       text=None if mode == "dense" else query, k=k, mode=mode,
-                                       where=where_from_langchain(filter), **self._scope(), **extra, **kwargs)
+                                       text=None if mode == "dense" else query, k=k, mode=mode, where=where,
+                                       **self._scope(), **extra, **kwargs)
 
     def similarity_search_with_score(self, query: str, k: int = 4, filter: dict | None = None,
                                      **kwargs: Any) -> list[tuple[Document, float]]:

@@ -25,6 +25,47 @@ def where_from_langchain(filter) -> dict | None:
     return filter
 
 
+_QDRANT = {"must", "should", "must_not"}
+
+
+def exists_by_keys(where, keys_field: str):
+    """where with every $exists answered from keys_field, a list field holding the metadata keys
+    each document has: a key present with a null value then exists (PGVector's semantics: the
+    JSON key is there), where the value columns alone cannot tell null from missing."""
+    if not _uses_exists(where):
+        return where
+    parts = []
+    for key, cond in where.items():
+        if key in ("$and", "$or") and isinstance(cond, (list, tuple)):
+            parts.append({key: [exists_by_keys(c, keys_field) for c in cond]})
+        elif key == "$not":
+            subs = cond if isinstance(cond, (list, tuple)) else [cond]
+            parts.append({"$not": and_([exists_by_keys(c, keys_field) for c in subs]) or {}})
+        elif not key.startswith("$") and isinstance(cond, dict) and ("$exists" in cond or "$not" in cond):
+            rest = {op: v for op, v in cond.items() if op not in ("$exists", "$not")}
+            field = [{key: rest}] if rest else []
+            if "$exists" in cond:
+                has = {keys_field: key}
+                field.append(has if cond["$exists"] is True else {"$not": has} if cond["$exists"] is False
+                             else {key: {"$exists": cond["$exists"]}})  # not a bool: the collection says why
+            if "$not" in cond:
+                inner = cond["$not"]
+                field.append({"$not": exists_by_keys({key: inner}, keys_field) if isinstance(inner, dict)
+                              else {key: {"$not": inner}}})
+            parts.append(and_(field))
+        else:
+            parts.append({key: cond})
+    return and_(parts) or {}
+
+
+def _uses_exists(where) -> bool:
+    if isinstance(where, (list, tuple)):
+        return any(_uses_exists(w) for w in where)
+    if not isinstance(where, dict) or (where and set(where) <= _QDRANT):
+        return False
+    return "$exists" in where or any(_uses_exists(v) for v in where.values())
+
+
 def and_(parts: list) -> dict | None:
     """One where for all of parts: merged into one dict where the keys do not collide."""
     parts = [p for p in parts if p]
