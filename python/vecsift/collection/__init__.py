@@ -6,11 +6,14 @@ API, from Collection.snapshot()), Manifest (Collection.manifest), and the cascad
 of a snapshot: search_request(...) -> Request, retrieve(snapshot, request, allow) -> Lists,
 fuse(request, lists); SearchStats (search(..., stats=SearchStats()))."""
 from vecsift.collection.collection import Collection, open  # noqa: A004 - the public name is vecsift.open
+from vecsift.collection.embedders import (FunctionEmbedder, HashingEmbedder, SentenceTransformerEmbedder, as_embedder,
+                                          embed_query, embed_texts)
 from vecsift.collection.hits import Hit
 from vecsift.collection.search import Lists, Request, SearchStats, fuse, retrieve
 from vecsift.collection.search import request as search_request
 from vecsift.collection.snapshot import Snapshot
 from vecsift.storage.manifest import Manifest
 
-__all__ = ["Collection", "Hit", "Lists", "Manifest", "Request", "SearchStats", "Snapshot", "fuse", "open",
+__all__ = ["Collection", "FunctionEmbedder", "HashingEmbedder", "Hit", "Lists", "Manifest", "Request", "SearchStats",
+           "SentenceTransformerEmbedder", "Snapshot", "as_embedder", "embed_query", "embed_texts", "fuse", "open",
            "retrieve", "search_request"]

@@ -43,6 +43,7 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from vecsift._arrays import as_vectors, unit_rows
+from vecsift.collection import embedders
 from vecsift.collection import search as cascade
 from vecsift.collection.commit import write_commit
 from vecsift.collection.compaction import compact_files
@@ -112,15 +113,18 @@ class Collection:
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
-    def create(cls, path, dim: int, metric: str = "cosine", index: str = "bq", model: str | None = None,
-               pipeline_version: str | None = None, filter_fields=(), index_heading_path: bool = False,
-               bm25_k1: float = 1.2, bm25_b: float = 0.75, **index_params) -> "Collection":
+    def create(cls, path, dim: int | None = None, metric: str = "cosine", index: str = "bq",
+               model: str | None = None, pipeline_version: str | None = None, filter_fields=(),
+               index_heading_path: bool = False, bm25_k1: float = 1.2, bm25_b: float = 0.75, *, embedder=None,
+               **index_params) -> "Collection":
         """Creates an empty collection in directory `path` (new or empty) and opens it for writing.
 
         filter_fields: metadata/provenance fields usable in search(where=...).
         index_heading_path: BM25 indexes "heading path\n" + text; embed the same
         string upstream (Collection.text_for_embedding builds it).
+        embedder: see set_embedder; dim and model default to the embedder's.
         """
+        embedder, dim, model = embedders.for_create(embedder, dim, model)
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
         metric = check_metric(metric_name(metric))  # pgvector spellings (<=>, vector_cosine_ops) too
@@ -153,17 +157,21 @@ class Collection:
             raise
         self = cls.__new__(cls)
         self._init(path, m, vec, dense, sparse, filters, [], lock)
+        self._embedder = embedder
         return self
 
     @classmethod
-    def open(cls, path, readonly: bool = False) -> "Collection":
-        """Opens a collection; readonly=True takes no lock and refuses writes (any number of readers)."""
+    def open(cls, path, readonly: bool = False, embedder=None) -> "Collection":
+        """Opens a collection; readonly=True takes no lock and refuses writes (any number of readers).
+        embedder: see set_embedder."""
         path = os.fspath(path)
         lock = None if readonly else WriterLock(path)
         try:
             m, parts = _load_newest(path, writable=not readonly, retry=readonly)
             self = cls.__new__(cls)
             self._init(path, m, *parts, lock)
+            if embedder is not None:
+                self.set_embedder(embedder)
             if not readonly:
                 self._remove_unreferenced()
         except BaseException:
@@ -176,6 +184,7 @@ class Collection:
         self._path = path
         self._lock = lock
         self._closed = False
+        self._embedder = None
         self._wlock = threading.RLock()
         self._rw = RWLock()
         self._swap(m, vec, dense, sparse, filters, tables)
@@ -228,6 +237,29 @@ class Collection:
         if self._closed:
             raise VecsiftError("the collection is closed")
         return self._snap
+
+    @property
+    def embedder(self):
+        """The embedder add(texts=...) and search(text=...) use when no vectors are given (or None)."""
+        return self._embedder
+
+    def set_embedder(self, embedder) -> None:
+        """Attaches an embedder: a callable texts -> (n, dim) vectors with .name and .dim (see
+        collection/embedders.py). Refused unless its dimension, and its name where the manifest
+        records a model, are the collection's. None detaches."""
+        if embedder is not None:
+            embedder = embedders.as_embedder(embedder)
+            embedders.check_against(embedder, self.model, self.dim)
+        self._embedder = embedder
+
+    def get(self, ids, tenant=None, groups=None, *, with_vectors: bool = False):
+        """Chunks by id as Hits (score nan), in the order of ids, None for an id that is missing or not
+        visible to tenant / groups (the allow set a search would use); with_vectors=True returns
+        (hits, (len(ids), dim) float32 stored vectors, NaN rows where missing)."""
+        from vecsift.collection.lookup import get_chunks
+
+        snap = self._snap
+        return get_chunks(snap, self._allow(snap, tenant, groups, None), ids, with_vectors)
 
     @property
     def readonly(self) -> bool:
@@ -375,6 +407,11 @@ class Collection:
     def filter_fields(self) -> list:
         return list(self._manifest.filter_fields)
 
+    @property
+    def filter_kinds(self) -> dict:
+        """{filter field: "number" | "datetime" | "string" | "bool" | None (no value yet)}."""
+        return self._snap.filters.kinds
+
     def __len__(self) -> int:
         """Searchable chunks: committed and not deleted."""
         return len(self._snap.live)
@@ -422,7 +459,7 @@ class Collection:
         self._dense.verify(self._path, self._manifest.dense)
 
     # ------------------------------------------------------------------ writing
-    def add(self, ids, vectors, texts=None, doc_ids=None, tenant=None, acl=None, metadata=None, *,
+    def add(self, ids, vectors=None, texts=None, doc_ids=None, tenant=None, acl=None, metadata=None, *,
             display_texts=None, model=None, source=None, heading_path=None, char_range=None, date=None,
             version=None, doc_type=None) -> None:
         """Adds (or replaces, by id) chunks; searchable after commit().
@@ -432,9 +469,12 @@ class Collection:
         collection uses ACLs). metadata: a list of dicts or a dict of columns.
         Provenance (source, heading_path, char_range=(start, end), date, version,
         doc_type) may be given here, per chunk or for all, or inside metadata.
+        vectors omitted: texts are embedded by the collection's embedder (set_embedder).
         """
         self._writable()
         check_model(model, self.model)
+        if vectors is None:
+            vectors = embedders.vectors_for_add(self, self._embedder, texts, heading_path)
         batch, vecs = batch_of_add(ids, vectors, self.dim, self.pipeline_version, texts=texts, doc_ids=doc_ids,
                                    tenant=tenant, acl=acl, metadata=metadata, display_texts=display_texts,
                                    source=source, heading_path=heading_path, char_range=char_range, date=date,
@@ -535,9 +575,11 @@ class Collection:
         that retriever did not return the chunk. stats: a vecsift.collection.SearchStats
         to add the dense stage's counters to (distances, hops, rows scanned exactly...).
         Hit.distance is the distance pgvector would report (dense only). ef_search:
-        pgvector's name for ef.
+        pgvector's name for ef. With an embedder attached, text without vector is
+        embedded (so text alone runs hybrid) unless mode="sparse".
         """
         ef = resolve_ef(ef, ef_search)
+        vector = embedders.query_vector(self._embedder, vector, text, mode)
         q = None
         if vector is not None:
             q = as_vectors(vector, "vector", dim=self.dim)
@@ -553,6 +595,7 @@ class Collection:
                      threads: int = 0, stats=None, ef_search=None) -> list:
         """search() for many queries (rows of `vectors` and/or items of `texts`), one filter for all."""
         ef = resolve_ef(ef, ef_search)
+        vectors = embedders.query_vectors(self._embedder, vectors, texts, mode)
         q = None if vectors is None else as_vectors(vectors, "vectors", dim=self.dim)
         if texts is not None:
             if isinstance(texts, str):
@@ -598,6 +641,7 @@ class Collection:
                 f"rows={len(self)}{' readonly' if self.readonly else ''}>")
 
 
-def open(path, readonly: bool = False) -> Collection:  # noqa: A001 - the public name is vecsift.open
-    """Opens the collection in directory `path` (readonly=True: no writer lock, no writes)."""
-    return Collection.open(path, readonly=readonly)
+def open(path, readonly: bool = False, embedder=None) -> Collection:  # noqa: A001 - public name vecsift.open
+    """Opens the collection in directory `path` (readonly=True: no writer lock, no writes; embedder:
+    Collection.set_embedder)."""
+    return Collection.open(path, readonly=readonly, embedder=embedder)
