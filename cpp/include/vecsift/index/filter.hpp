@@ -38,6 +38,19 @@ class AllowSet {
   }
 
   bool test(size_t i) const { return (words_[i >> 6] >> (i & 63)) & 1u; }
+  // The first allowed row in [i, end), or end: skips empty words, so a sparse
+  // allow set costs n / 64 word tests rather than n bit tests.
+  size_t next(size_t i, size_t end) const {
+    while (i < end) {
+      const uint64_t w = words_[i >> 6] >> (i & 63);
+      if (w) {
+        const size_t r = i + static_cast<size_t>(__builtin_ctzll(w));
+        return r < end ? r : end;
+      }
+      i = (i | 63) + 1;
+    }
+    return end;
+  }
   void set(size_t i) { words_[i >> 6] |= uint64_t{1} << (i & 63); }
   size_t size() const { return n_; }
   size_t count() const { return count_; }

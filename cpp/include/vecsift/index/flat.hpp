@@ -111,8 +111,7 @@ inline void flat_scan_direct(const float* base, size_t d, const float* queries, 
                              const float* qnorm, size_t r0, size_t r1, Metric metric, const AllowSet* allow,
                              ScoreTop* tops, Level level) {
   PairKernel ip = ip_kernel(level), l2 = l2sq_kernel(level);
-  for (size_t r = r0; r < r1; ++r) {
-    if (allow && !allow->test(r)) continue;
+  for (size_t r = allow ? allow->next(r0, r1) : r0; r < r1; r = allow ? allow->next(r + 1, r1) : r + 1) {
     const float* row = base + r * d;
     float inv = 0.0f;
     if (metric == Metric::Cosine) {
@@ -143,10 +142,8 @@ inline void flat_scan_range(const float* base, size_t d, const float* queries, s
   while (r < r1) {
     // Gather the next chunk of allowed rows.
     size_t m = 0;
-    for (; r < r1 && m < chunk; ++r) {
-      if (allow && !allow->test(r)) continue;
+    for (r = allow ? allow->next(r, r1) : r; r < r1 && m < chunk; r = allow ? allow->next(r + 1, r1) : r + 1)
       ids[m++] = static_cast<int64_t>(r);
-    }
     if (!m) break;
     const size_t npanels = (m + NR - 1) / NR;
     for (size_t p = 0; p < npanels; ++p) {

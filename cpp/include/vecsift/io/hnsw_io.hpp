@@ -183,6 +183,16 @@ struct HnswFile {
   }
 
   // ---------------------------------------------------------------- load
+  struct ReadOnlyFd {
+    int fd;
+    explicit ReadOnlyFd(const std::string& path) : fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+      if (fd < 0) throw IndexIoError("cannot open " + path + ": " + std::strerror(errno));
+    }
+    ~ReadOnlyFd() { ::close(fd); }
+    ReadOnlyFd(const ReadOnlyFd&) = delete;
+    ReadOnlyFd& operator=(const ReadOnlyFd&) = delete;
+  };
+
   [[noreturn]] static void corrupt(const std::string& path, const std::string& why) {
     throw CorruptIndex(path + ": " + why);
   }
@@ -199,12 +209,8 @@ struct HnswFile {
   // Reads the whole file once: header checks and the payload CRC (what an
   // unverified mmap open skipped). Returns the payload CRC.
   static uint32_t verify_file(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw IndexIoError("cannot open " + path + ": " + std::strerror(errno));
-    struct Closer {
-      int fd;
-      ~Closer() { ::close(fd); }
-    } closer{fd};
+    const ReadOnlyFd file(path);
+    const int fd = file.fd;
     HnswHeader h;
     if (::pread(fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) corrupt(path, "file too short");
     if (std::memcmp(h.magic, kMagic, 8) != 0) corrupt(path, "not a vecsift HNSW file (bad magic)");
@@ -233,12 +239,8 @@ struct HnswFile {
   // verify_file() reads everything.
   static std::unique_ptr<HNSWGraph> load(const std::string& path, bool use_mmap, bool verify = true) {
     if (!use_mmap) verify = true;
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw IndexIoError("cannot open " + path + ": " + std::strerror(errno));
-    struct Closer {
-      int fd;
-      ~Closer() { ::close(fd); }
-    } closer{fd};
+    const ReadOnlyFd file(path);
+    const int fd = file.fd;
     struct stat st;
     if (::fstat(fd, &st) != 0) throw IndexIoError("cannot stat " + path + ": " + std::strerror(errno));
     const uint64_t size = static_cast<uint64_t>(st.st_size);
