@@ -65,7 +65,6 @@ def test_filter(store, f, want):
 
 
 @pytest.mark.parametrize("f,err,match", [
-    ({"author": "me"}, ValueError, "unknown filter field 'author'"),
     ({"lang": {"$regex": "e.*"}}, ValueError, r"unknown operator '\$regex'"),
     ({"$xor": [{"lang": "en"}]}, ValueError, r"unknown operator '\$xor'"),
     ({"year": {"$gt": "soon"}}, TypeError, "holds number values"),
@@ -114,3 +113,13 @@ def test_exists_by_keys_rewrites_only_exists():
     assert exists_by_keys(plain, k) == plain
     qdrant = {"must": [{"is_empty": {"key": "a"}}]}
     assert exists_by_keys(qdrant, k) is qdrant
+
+
+def test_a_key_no_document_has_reads_as_missing(store):
+    def ids(f):
+        return "".join(sorted(d.id for d in store.similarity_search("alpha", k=10, filter=f)))
+
+    assert ids({"colour": "red"}) == ""  # as PGVector: no document has the key, none matches
+    assert ids({"colour": {"$ne": "red"}}) == "abcde"
+    assert ids({"$or": [{"colour": {"$gt": 3}}, {"lang": "de"}]}) == "b"
+    assert ids({"colour": {"$exists": False}}) == "abcde"

@@ -78,8 +78,8 @@ def test_filters_in_where_language(store):
 
 
 def test_bad_filters_are_refused(store):
-    with pytest.raises(ValueError, match="unknown filter field"):
-        store.similarity_search("x", filter={"author": "me"})
+    with pytest.raises(ValueError, match="unknown filter field 'nested'"):  # some document has it: refused
+        store.similarity_search("x", filter={"nested": "me"})
     with pytest.raises(ValueError, match=r"unknown operator '\$regex'"):
         store.similarity_search("x", filter={"lang": {"$regex": "e.*"}})
     with pytest.raises(ValueError, match=r"unknown operator '\$xor'"):

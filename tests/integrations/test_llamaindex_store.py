@@ -213,8 +213,6 @@ def test_mmr_mode(store):
 def test_bad_queries_are_refused(store):
     with pytest.raises(TypeError, match="holds number values"):
         store.query(_q(filters=MetadataFilters(filters=[F(key="year", value="2020")])))
-    with pytest.raises(ValueError, match="unknown filter field"):
-        store.query(_q(filters=MetadataFilters(filters=[F(key="colour", value="red")])))
     with pytest.raises(ValueError, match="needs query_embedding and query_str"):
         store.query(_q(mode="hybrid"))
     with pytest.raises(ValueError, match="not supported"):
@@ -248,7 +246,7 @@ def test_stores_text_and_reopen(tmp_path):
     s.close()
     again = VecsiftVectorStore(path=tmp_path / "kb")
     assert sorted(again.query(_q()).ids) == [f"n{i}" for i in range(5)]
-    assert again.client.filter_fields == ["author"]
+    assert again.client.filter_fields == ["author", "_metadata_keys", "_absent"]  # the store adds its two
     again.close()
 
 
@@ -265,4 +263,21 @@ async def test_async_methods(tmp_path):
     assert [n.node_id for n in await s.aget_nodes(["n1", "n4", "n5"])] == ["n5"]
     await s.aclear()
     assert (await s.aquery(_q())).ids == []
+    s.close()
+
+
+def test_a_key_no_node_has_reads_as_missing(store):
+    """As in LlamaIndex's own stores: a filter on a key nobody has matches nothing (its negation all)."""
+    metas = {f"n{i}": _meta(i) for i in range(N)}
+    for filters in [_f(F(key="colour", value="red")), _f(F(key="colour", value="red", operator=OP.NE)),
+                    _f(F(key="colour", value=None, operator=OP.IS_EMPTY)),
+                    _f(F(key="author", value="bob"), F(key="colour", value=3, operator=OP.GT), condition=OR)]:
+        assert set(store.query(_q(filters=filters)).ids) == _reference(filters, metas)
+
+
+def test_an_undeclared_key_some_node_has_is_refused(tmp_path):
+    s = VecsiftVectorStore(path=tmp_path / "kb", filter_fields=["author"])
+    s.add(_nodes()[:6])  # they have "rating", which is not a filter field
+    with pytest.raises(ValueError, match="unknown filter field 'rating'"):
+        s.query(_q(filters=_f(F(key="rating", value=3.0))))
     s.close()

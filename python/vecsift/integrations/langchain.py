@@ -11,7 +11,9 @@ What maps onto what:
   the collection's filter fields, also as filterable columns. A collection the
   store creates also indexes each document's metadata keys (_metadata_keys), so
   $exists means "the key is there" even when its value is null (PGVector's
-  semantics) and works on any key. Filters use
+  semantics) and works on any key, and a filter on an undeclared key that no
+  document has reads it as missing (matches nothing; $ne / $exists: false
+  everything) instead of being refused. Filters use
   Collection's where= language (integrations/where.py); a key that is not a
   filter field of the collection is refused with an error naming the fields.
 - tenant / groups are bound to the store: every search and lookup runs inside
@@ -44,10 +46,10 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 import numpy as np
 
 import vecsift
-from vecsift.integrations.where import exists_by_keys, where_from_langchain
+from vecsift.integrations.where import (KEYS_FIELD, exists_by_keys, undeclared_as_absent, where_from_langchain,
+                                       with_store_fields)
 
 METADATA_JSON = "_metadata_json"  # the metadata column holding each document's whole metadata
-KEYS_FIELD = "_metadata_keys"  # filter field of the metadata keys a document has ($exists, null included)
 MODES = ("dense", "sparse", "hybrid")
 
 
@@ -127,9 +129,7 @@ class VecsiftVectorStore(VectorStore):
         self.mode, self.weights, self.candidates, self.auto_commit = mode, weights, int(candidates), auto_commit
         self._model = _model_name(embedding, model)
         self._path = None if path is None else os.fspath(path)
-        fields = [filter_fields] if isinstance(filter_fields, str) else list(filter_fields)
-        self._create = dict(create_options, metric=metric, index=index,
-                            filter_fields=fields + [KEYS_FIELD] * (KEYS_FIELD not in fields))
+        self._create = dict(create_options, metric=metric, index=index, filter_fields=with_store_fields(filter_fields))
         self._owns = collection is None
         if collection is None and os.path.exists(os.path.join(self._path, "MANIFEST")):
             collection = vecsift.open(self._path)
@@ -259,7 +259,7 @@ class VecsiftVectorStore(VectorStore):
         if mode == "hybrid":
             extra = {"weights": weights if weights is not None else self.weights,
                      "candidates": max(int(candidates or self.candidates), k)}
-        where = where_from_langchain(filter)
+        where = undeclared_as_absent(where_from_langchain(filter), self._collection, **self._scope())
         if where and KEYS_FIELD in self._collection.filter_fields:
             where = exists_by_keys(where, KEYS_FIELD)
         return self._collection.search(vector=None if mode == "sparse" else vector,

@@ -44,7 +44,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 import numpy as np
 
 import vecsift
-from vecsift.integrations.where import where_from_llamaindex
+from vecsift.integrations.where import KEYS_FIELD, undeclared_as_absent, where_from_llamaindex, with_store_fields
 
 METADATA_JSON = "_metadata_json"  # the metadata column holding each node (LlamaIndex's metadata dict) as JSON
 DEFAULT_CANDIDATES = 100
@@ -135,7 +135,7 @@ class VecsiftVectorStore(BasePydanticVectorStore):
                          acl=None if acl is None else [acl] if isinstance(acl, str) else list(acl),
                          auto_commit=auto_commit)
         self._path = None if path is None else os.fspath(path)
-        self._create = dict(create_options, metric=metric, index=index, filter_fields=list(filter_fields),
+        self._create = dict(create_options, metric=metric, index=index, filter_fields=with_store_fields(filter_fields),
                             model=model)
         if collection is None and os.path.exists(os.path.join(self._path, "MANIFEST")):
             collection = vecsift.open(self._path)
@@ -183,6 +183,8 @@ class VecsiftVectorStore(BasePydanticVectorStore):
         for n in nodes:
             d = node_to_metadata_dict(n, remove_text=True, flat_metadata=self.flat_metadata)
             row = {f: n.metadata.get(f, d.get(f)) for f in fields}
+            if KEYS_FIELD in fields:
+                row[KEYS_FIELD] = sorted(str(k) for k in n.metadata)
             row[METADATA_JSON] = json.dumps(d, ensure_ascii=False)
             ids.append(n.node_id)
             texts.append(n.get_content(metadata_mode=MetadataMode.NONE))
@@ -253,7 +255,7 @@ class VecsiftVectorStore(BasePydanticVectorStore):
         if coll is None:
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
         mode = query.mode
-        where = where_from_llamaindex(query.filters, coll.filter_kinds)
+        where = undeclared_as_absent(where_from_llamaindex(query.filters, coll.filter_kinds), coll, **self._scope())
         k = int(query.similarity_top_k)
         scope = self._scope()
         if mode in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.MMR):

@@ -26,6 +26,31 @@ def where_from_langchain(filter) -> dict | None:
 
 
 _QDRANT = {"must", "should", "must_not"}
+# Filter fields the stores add to the collections they create.
+KEYS_FIELD = "_metadata_keys"  # the metadata keys each document has
+ABSENT_FIELD = "_absent"  # never given a value: a field no document has
+STORE_FIELDS = (KEYS_FIELD, ABSENT_FIELD)
+
+
+def with_store_fields(fields) -> list:
+    fields = [fields] if isinstance(fields, str) else list(fields)
+    return fields + [f for f in STORE_FIELDS if f not in fields]
+
+
+def undeclared_as_absent(where, coll, tenant=None, groups=None):
+    """where with each undeclared field that no document visible to tenant / groups has (by the
+    keys index) read as missing everywhere, as the frameworks' own stores do (a filter on a
+    key nobody has matches nothing, its negation everything). An undeclared field that some
+    document has is left for the collection to refuse: it cannot be answered from the indexes."""
+    fields = set(coll.filter_fields)
+    if not where or not set(STORE_FIELDS) <= fields:
+        return where
+    unknown = field_names(where) - fields
+    if not unknown:
+        return where
+    snap = coll.snapshot()
+    absent = {k: ABSENT_FIELD for k in unknown if not snap.allow(tenant, groups, {KEYS_FIELD: k})}
+    return rename_fields(where, absent) if absent else where
 
 
 def exists_by_keys(where, keys_field: str):
@@ -56,6 +81,28 @@ def exists_by_keys(where, keys_field: str):
         else:
             parts.append({key: cond})
     return and_(parts) or {}
+
+
+def field_names(where) -> set:
+    """The metadata fields a where dict names (Qdrant's form aside)."""
+    if isinstance(where, (list, tuple)):
+        return set().union(*[field_names(w) for w in where]) if where else set()
+    if not isinstance(where, dict) or (where and set(where) <= _QDRANT):
+        return set()
+    out = set()
+    for key, cond in where.items():
+        out |= field_names(cond) if key in ("$and", "$or", "$not") else {key}
+    return out
+
+
+def rename_fields(where, names: dict):
+    """where with the fields in names renamed (Qdrant's form aside)."""
+    if isinstance(where, (list, tuple)):
+        return [rename_fields(w, names) for w in where]
+    if not isinstance(where, dict) or (where and set(where) <= _QDRANT):
+        return where
+    return {(k if k.startswith("$") else names.get(k, k)): (rename_fields(v, names) if k.startswith("$") else v)
+            for k, v in where.items()}
 
 
 def _uses_exists(where) -> bool:
