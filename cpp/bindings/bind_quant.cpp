@@ -59,6 +59,38 @@ void add_py(QuantizedIndex& ix, const F32Array& x, long threads, int level) {
   ix.add(p, m, nt, lv);
 }
 
+py::tuple encode_py(const QuantizedIndex& ix, const F32Array& x, long threads, int level) {
+  check_vectors(x, ix.dim(), "vectors");
+  require(ix.trained(), "encode needs a trained index (train or add first)");
+  const size_t m = x.shape(0);
+  U8Array planes({m, ix.code_bytes()});
+  F32Array factors({m, size_t{5}});
+  const float* p = x.data();
+  uint8_t* pp = planes.mutable_data();
+  float* pf = factors.mutable_data();
+  size_t nt = resolve_threads(threads);
+  Level lv = level_arg(level);
+  {
+    py::gil_scoped_release nogil;
+    ix.encode(p, m, pp, pf, nt, lv);
+  }
+  return py::make_tuple(planes, factors);
+}
+
+void add_codes_py(QuantizedIndex& ix, const U8Array& planes, const F32Array& factors) {
+  require_matrix(planes, "planes");
+  require_matrix(factors, "factors");
+  require(static_cast<size_t>(planes.shape(1)) == ix.code_bytes(),
+          "planes have width " + std::to_string(planes.shape(1)) + ", the index expects " +
+              std::to_string(ix.code_bytes()));
+  require(factors.shape(1) == 5 && factors.shape(0) == planes.shape(0), "factors must be (len(planes), 5)");
+  const uint8_t* pp = planes.data();
+  const float* pf = factors.data();
+  size_t m = planes.shape(0);
+  py::gil_scoped_release nogil;
+  ix.add_codes(pp, pf, m);
+}
+
 void train_py(QuantizedIndex& ix, const F32Array& x) {
   check_vectors(x, ix.dim(), "vectors");
   require(x.shape(0) > 0, "train needs at least one vector");
@@ -250,6 +282,8 @@ void bind_quant(py::module_& m) {
       .def("__len__", &QuantizedIndex::size)
       .def("add", &add_py, py::arg("vectors"), py::arg("threads") = 0, py::arg("level") = -1)
       .def("train", &train_py, py::arg("vectors"))
+      .def("encode", &encode_py, py::arg("vectors"), py::arg("threads") = 0, py::arg("level") = -1)
+      .def("add_codes", &add_codes_py, py::arg("planes"), py::arg("factors"))
       .def("search", &search_py, py::arg("queries"), py::arg("k"), py::arg("query_bits"),
            py::arg("allow_mask") = py::none(), py::arg("allow_ids") = py::none(), py::arg("threads") = 0,
            py::arg("level") = -1)

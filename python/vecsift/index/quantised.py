@@ -128,6 +128,21 @@ class QuantizedIndex:
         x = as_vectors(vectors, "vectors", dim=self.dim)
         self._index.add(x, check_threads(threads))
 
+    def encode(self, vectors, threads: int = 0):
+        """(planes uint8 (n, code_bytes), factors float32 (n, 5)) of rows, not stored; needs a centroid."""
+        if not self.trained:
+            raise ValueError("encode needs a centroid: call train (or add) first")
+        x = as_vectors(vectors, "vectors", dim=self.dim)
+        return self._index.encode(x, check_threads(threads))
+
+    def add_codes(self, planes, factors) -> None:
+        """Appends rows given as encode() returned them (e.g. read back from a file)."""
+        planes = np.ascontiguousarray(planes, dtype=np.uint8)
+        factors = np.ascontiguousarray(factors, dtype=np.float32)
+        if planes.ndim != 2 or factors.ndim != 2:
+            raise ValueError("planes and factors must be 2-d")
+        self._index.add_codes(planes, factors)
+
     # ---------------------------------------------------------------- reads
     def search(self, queries, k: int, allow=None, oversample: int = 1, rescore=None, bounds: bool = False,
                query_bits: int | None = None, confidence: float = 3.0, threads: int = 0):
@@ -204,12 +219,19 @@ class QuantizedIndex:
         return (ids, scores, scores.copy(), scores.copy()) if bounds else (ids, scores)
 
     # ---------------------------------------------------------------- files
-    def save(self, path) -> None:
-        """Writes the index to one file (versioned header, CRC-32 of everything), atomically."""
+    def save(self, path, rows: bool = True) -> None:
+        """Writes the index to one file (versioned header, CRC-32 of everything), atomically.
+
+        rows=False writes only the model (rotation, centroid, parameters), for
+        callers that keep the codes elsewhere (a collection's append-only file).
+        """
         ix = self._index
-        meta = _META.pack(ix.dim, ix.dim_pad, ix.bits, _METRICS.index(ix.metric), ix.seed, len(ix), int(ix.trained))
+        n = len(ix) if rows else 0
+        meta = _META.pack(ix.dim, ix.dim_pad, ix.bits, _METRICS.index(ix.metric), ix.seed, n, int(ix.trained))
         parts = [_HEAD.pack(_MAGIC, _KIND, FORMAT_VERSION), meta, struct.pack("<I", self.query_bits),
-                 ix.rotation().tobytes(), ix.centroid().tobytes(), ix.blocks().tobytes(), ix.factors().tobytes()]
+                 ix.rotation().tobytes(), ix.centroid().tobytes()]
+        if rows:
+            parts += [ix.blocks().tobytes(), ix.factors().tobytes()]
         crc = 0
         for p in parts:
             crc = zlib.crc32(p, crc)

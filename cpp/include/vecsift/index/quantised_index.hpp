@@ -74,16 +74,25 @@ class QuantizedIndex {
   }
 
   void add(const float* x, size_t m, size_t threads, Level level) {
-    std::unique_lock<std::shared_mutex> lock(mutex_);
-    if (!trained_) train_locked(x, m);
-    const size_t total = n_ + m, nblocks = (total + kQuantBlockRows - 1) / kQuantBlockRows;
-    data_.resize(nblocks * block_stride());
-    for (auto* v : factor_arrays()) v->resize(nblocks * kQuantBlockRows, 0.0f);
+    {
+      std::unique_lock<std::shared_mutex> lock(mutex_);
+      if (!trained_) train_locked(x, m);
+    }
+    std::vector<uint8_t> planes(m * code_bytes());
+    std::vector<float> factors(m * 5);
+    encode(x, m, planes.data(), factors.data(), threads, level);
+    add_codes(planes.data(), factors.data(), m);
+  }
+
+  // Codes (m x code_bytes, row-major planes) and factors (m x 5) of m rows,
+  // against the current centroid; nothing is stored.
+  void encode(const float* x, size_t m, uint8_t* planes_out, float* factors_out, size_t threads, Level level) const {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    if (!trained_) throw std::logic_error("encode before train: the centroid is not set");
     const size_t slices = std::max<size_t>(1, std::min(threads, m / 256));
     parallel_for(slices, slices, [&](size_t t) {
       std::vector<float> pad(dpad_), r(dpad_), scratch(dpad_);
       std::vector<uint8_t> u(dpad_);
-      std::vector<uint8_t> planes(code_bytes());
       for (size_t i = m * t / slices; i < m * (t + 1) / slices; ++i) {
         prepare(x + i * dim_, pad.data());
         for (size_t j = 0; j < dpad_; ++j) pad[j] -= centroid_[j];
@@ -98,10 +107,23 @@ class QuantizedIndex {
           for (size_t j = 0; j < dpad_; ++j) dot += static_cast<double>(pad[j]) * centroid_[j];
           f.add = static_cast<float>(dot);
         }
-        pack_planes(u.data(), dpad_, bits_, planes.data());
-        store_row(n_ + i, planes.data(), f);
+        pack_planes(u.data(), dpad_, bits_, planes_out + i * code_bytes());
+        float* fo = factors_out + 5 * i;
+        fo[0] = f.a, fo[1] = f.su, fo[2] = f.add, fo[3] = f.g, fo[4] = f.h;
       }
     });
+  }
+
+  // Appends m rows given as encode() returns them.
+  void add_codes(const uint8_t* planes, const float* factors, size_t m) {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    const size_t total = n_ + m, nblocks = (total + kQuantBlockRows - 1) / kQuantBlockRows;
+    data_.resize(nblocks * block_stride());
+    for (auto* v : factor_arrays()) v->resize(nblocks * kQuantBlockRows, 0.0f);
+    for (size_t i = 0; i < m; ++i) {
+      const float* f = factors + 5 * i;
+      store_row(n_ + i, planes + i * code_bytes(), QuantFactors{f[0], f[1], f[2], f[3], f[4]});
+    }
     n_ = total;
   }
 
