@@ -141,6 +141,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--one", type=int, default=300, help="queries timed one per call")
     ap.add_argument("--skip-glove", action="store_true")
+    ap.add_argument("--only-glove", action="store_true")
     ap.add_argument("--collection", action="store_true", help="only the Collection policy table")
     args = ap.parse_args()
     if args.collection:
@@ -148,6 +149,13 @@ def main():
     print(f"machine: {platform.machine()} {platform.processor() or ''} cores={_core.hardware_threads()} "
           f"simd={vecsift.cpu_features()['level']}")
 
+    if not args.only_glove:
+        minilm(args)
+    if not args.skip_glove:
+        glove(args)
+
+
+def minilm(args):
     x = np.load(MINILM).astype(np.float32)
     base, queries = np.ascontiguousarray(x[:args.rows]), np.ascontiguousarray(x[100000:101000])
     truth, _ = vecsift.exact_search(base, queries, 10, "cosine")
@@ -164,7 +172,9 @@ def main():
     ]
     compare(base, queries, truth, rows, args.reps, args.one)
 
-    if not args.skip_glove:
+
+def glove(args):
+    if True:
         from vecsift.tools.datasets import glove_50
         gb, gq = glove_50(1000, 0)
         gt, _ = vecsift.exact_search(gb, gq, 10, "cosine")
@@ -190,9 +200,10 @@ def collection_bench(rows: int, reps: int):
     truth, _ = vecsift.exact_search(base, queries, 10, "cosine")
     print(f"\n== Collection bq policies, PyPI MiniLM: {len(base)} rows, {len(queries)} held-out queries")
     print(f"{'params':<58}{'recall@10':>10}{'rescored/q':>11}{'us/q one':>10}{'index us/q':>11}")
-    settings = [dict(bits=None, oversample=16), dict(bits=None, oversample=4),
-                dict(bits=1), dict(bits=2), dict(bits=2, oversample=1), dict(bits=4, rescore="none"),
-                dict(bits=2, policy="bound", oversample=4), dict(bits=1, policy="bound", oversample=8)]
+    settings = [dict(bits=None, oversample=16), dict(bits=None, oversample=4), dict(),
+                dict(bits=1, policy="fixed"), dict(bits=2, policy="fixed"), dict(bits=2, policy="fixed", oversample=1),
+                dict(bits=4, rescore="none"), dict(bits=2, confidence=1.5), dict(bits=1, oversample=8),
+                dict(bits=1, oversample=8, confidence=1.5)]
     with tempfile.TemporaryDirectory() as d:
         for i, kw in enumerate(settings):
             c = vecsift.Collection.create(f"{d}/c{i}", 384, **kw)
@@ -200,11 +211,11 @@ def collection_bench(rows: int, reps: int):
             c.commit()
             got, _ = c.search_rows(queries, k=10)
             dense = c._dense
-            rescored = getattr(dense, "rescored", None)
+            rescored = getattr(dense, "rescored", 0) / len(queries)  # mean over the batch
             rec = recall(got, truth)
             one = timed(lambda: [c.search_rows(q, k=10, threads=1) for q in queries[:200]], reps) / 200
             if hasattr(dense, "rescored"):
-                per_q = dense.rescored  # the last call: one query
+                per_q = f"{rescored:.1f}"
                 ix = dense.index
                 over = dense.oversample
                 raw = timed(lambda: [ix._index.search(q[None], 10 * over, ix.query_bits, None, None, 1)
@@ -212,7 +223,8 @@ def collection_bench(rows: int, reps: int):
             else:
                 per_q = 10 * int(dense.oversample)
                 raw = float("nan")
-            print(f"{str(c.index_params):<58}{rec:>10.4f}{per_q:>11}{one * 1e6:>10.1f}{raw * 1e6:>11.1f}")
+            shown = {k: v for k, v in c.index_params.items() if k not in ("seed", "min_candidates")}
+            print(f"{str(shown):<58}{rec:>10.4f}{per_q:>11}{one * 1e6:>10.1f}{raw * 1e6:>11.1f}")
             c.close()
 
 

@@ -235,7 +235,7 @@ class QuantizedIndex:
         crc = 0
         for p in parts:
             crc = zlib.crc32(p, crc)
-        tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
+        tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
             for p in parts:
                 f.write(p)

@@ -11,8 +11,9 @@ written before quantised codes existed has no such key and holds sign bits
 Rescoring policies, chosen with ``rescore=`` and ``policy=`` at create:
   rescore="float32", policy="fixed": the best k*oversample estimates are
       rescored exactly from the float32 rows (only those rows are read);
-  rescore="float32", policy="bound": of the best k*oversample estimates, only
-      those whose upper bound reaches the k-th best lower bound are rescored;
+  rescore="float32", policy="bound" (the default): of the best k*oversample
+      estimates, only those whose upper bound reaches the k-th best lower bound
+      are rescored (bounds `confidence` standard deviations wide);
   rescore="none": the estimates are the scores.
 """
 from __future__ import annotations
@@ -29,12 +30,18 @@ from vecsift.storage.rowfile import RowFile
 CODES_FORMAT = "rabitq-v1"
 
 # Chosen by measurement (bench/bench_quantised.py --collection, 30k PyPI MiniLM
-# rows, 1k held-out queries; docs/quantised.md): 2-bit codes rescoring the best
-# 2 x k estimates reach recall@10 0.988 reading 20 float32 rows a query.
+# rows, 1k held-out queries; docs/quantised.md): 2-bit codes, the best 4 x k
+# estimates, of which only those whose upper bound (1 sigma) reaches the k-th
+# best lower bound are rescored: recall@10 0.996 reading 22 float32 rows a query
+# on average, never more than 40 (fixed x2: 0.988 with 20 rows; 1 bit fixed
+# x4: 0.973 with 40; sign bits x16: 0.966 with 160).
 DEFAULT_BITS = 2
-DEFAULT_OVERSAMPLE = {1: 4, 2: 2, 4: 2, 8: 1}
-BOUND_CONFIDENCE = 3.0
-PARAMS = {"bits", "query_bits", "oversample", "rescore", "policy", "seed"}
+DEFAULT_POLICY = "bound"
+DEFAULT_OVERSAMPLE = {"fixed": {1: 4, 2: 2, 4: 2, 8: 1}, "bound": {1: 4, 2: 4, 4: 2, 8: 2}}
+DEFAULT_CONFIDENCE = 1.0
+# At least this many candidates whatever k (k=4 at x2 would rescore 8 rows).
+MIN_CANDIDATES = 20
+PARAMS = {"bits", "query_bits", "oversample", "rescore", "policy", "seed", "min_candidates", "confidence"}
 
 
 def normalise_params(params: dict) -> dict:
@@ -48,18 +55,24 @@ def normalise_params(params: dict) -> dict:
     qb = default_query_bits(bits) if qb is None else int(qb)
     if not 4 <= qb <= 8:
         raise ValueError(f"query_bits must be in [4, 8], got {qb}")
-    over = params.get("oversample")
-    over = DEFAULT_OVERSAMPLE[bits] if over is None else int(over)
-    if over < 1:
-        raise ValueError(f"oversample must be >= 1, got {over}")
     rescore = params.get("rescore", "float32")
     if rescore not in ("float32", "none"):
         raise ValueError(f"rescore must be 'float32' or 'none', got {rescore!r}")
-    policy = params.get("policy", "fixed")
+    policy = params.get("policy", DEFAULT_POLICY)
     if policy not in ("fixed", "bound"):
         raise ValueError(f"policy must be 'fixed' or 'bound', got {policy!r}")
+    over = params.get("oversample")
+    over = DEFAULT_OVERSAMPLE[policy][bits] if over is None else int(over)
+    if over < 1:
+        raise ValueError(f"oversample must be >= 1, got {over}")
+    conf = float(params.get("confidence", DEFAULT_CONFIDENCE))
+    if not (np.isfinite(conf) and conf >= 0):
+        raise ValueError(f"confidence must be a finite number >= 0, got {conf}")
+    minc = int(params.get("min_candidates", MIN_CANDIDATES))
+    if minc < 0:
+        raise ValueError(f"min_candidates must be >= 0, got {minc}")
     return {"bits": bits, "query_bits": qb, "oversample": over, "rescore": rescore, "policy": policy,
-            "seed": int(params.get("seed", 0))}
+            "seed": int(params.get("seed", 0)), "min_candidates": minc, "confidence": conf}
 
 
 class QuantBQDense:
@@ -75,7 +88,7 @@ class QuantBQDense:
         self.lock = None
         self.growing = False
         self._staged = []
-        self.rescored = 0  # float32 rows read by the last search call (for benchmarks)
+        self.rescored = 0  # float32 rows read by the last search call, all its queries (for benchmarks)
 
     @staticmethod
     def width(index: QuantizedIndex) -> int:
@@ -158,14 +171,14 @@ class QuantBQDense:
         from vecsift.collection.stages.dense import rescore
 
         over = int(oversample if oversample is not None else self.oversample)
-        c = max(1, min(k * over, n_allowed))
+        c = max(1, min(max(k * over, self.p["min_candidates"]), n_allowed))
         if self.p["rescore"] == "none":
             rows, scores = self.index.search(queries, min(k, c), allow=allow, threads=threads)
             self.rescored = 0
             return _pad_to(rows, scores, k)
         if self.p["policy"] == "bound":
             cand, est, lo, hi = self.index.search(queries, c, allow=allow, bounds=True,
-                                                  confidence=BOUND_CONFIDENCE, threads=threads)
+                                                  confidence=self.p["confidence"], threads=threads)
             kk = min(k, c)
             kth_lower = np.sort(lo, axis=1)[:, ::-1][:, kk - 1:kk]
             cand = np.where(hi >= kth_lower, cand, -1)
