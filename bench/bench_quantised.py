@@ -174,19 +174,18 @@ def minilm(args):
 
 
 def glove(args):
-    if True:
-        from vecsift.tools.datasets import glove_50
-        gb, gq = glove_50(1000, 0)
-        gt, _ = vecsift.exact_search(gb, gq, 10, "cosine")
-        print(f"\n== GloVe 50-d: {len(gb)} rows, {len(gq)} queries")
-        gh = Hamming(gb)
-        rows = [
-            ("1 bit, oversample 16", 16, [Vecsift(gb, 1, 4), gh]),
-            ("2 bits, oversample 8", 8, [Vecsift(gb, 2, 4)]),
-            ("4 bits, oversample 4", 4, [Vecsift(gb, 4, 8), Faiss(gb, 4, 8)]),
-            ("4 bits, oversample 2", 2, [Vecsift(gb, 4, 8)]),
-        ]
-        compare(gb, gq, gt, rows, 1, 100)
+    from vecsift.tools.datasets import glove_50
+    gb, gq = glove_50(1000, 0)
+    gt, _ = vecsift.exact_search(gb, gq, 10, "cosine")
+    print(f"\n== GloVe 50-d: {len(gb)} rows, {len(gq)} queries")
+    gh = Hamming(gb)
+    rows = [
+        ("1 bit, oversample 16", 16, [Vecsift(gb, 1, 4), gh]),
+        ("2 bits, oversample 8", 8, [Vecsift(gb, 2, 4)]),
+        ("4 bits, oversample 4", 4, [Vecsift(gb, 4, 8), Faiss(gb, 4, 8)]),
+        ("4 bits, oversample 2", 2, [Vecsift(gb, 4, 8)]),
+    ]
+    compare(gb, gq, gt, rows, 1, 100)
 
 
 
