@@ -40,14 +40,14 @@ void check_vectors(const F32Array& x, size_t dim, const char* name) {
 }
 
 std::unique_ptr<QuantizedIndex> make_index(size_t dim, int bits, const std::string& metric, uint64_t seed,
-                                           size_t code_dim) {
+                                           size_t code_dim, bool make_rotation) {
   require(dim >= 1 && dim <= kQuantMaxDim, "dim must be in [1, 4096], got " + std::to_string(dim));
   require(code_dim == 0 || (code_dim % 64 == 0 && code_dim >= dim && code_dim <= kQuantMaxDim),
           "code_dim must be a multiple of 64 in [dim, 4096], got " + std::to_string(code_dim));
   require(quant_bits_supported(bits), "bits must be 1, 2, 4 or 8, got " + std::to_string(bits));
   Metric m = quant_metric(metric);
   py::gil_scoped_release nogil;
-  return std::make_unique<QuantizedIndex>(dim, bits, m, seed, code_dim);
+  return std::make_unique<QuantizedIndex>(dim, bits, m, seed, code_dim, make_rotation);
 }
 
 void add_py(QuantizedIndex& ix, const F32Array& x, long threads, int level) {
@@ -270,7 +270,7 @@ void bind_quant(py::module_& m) {
 
   py::class_<QuantizedIndex>(m, "QuantizedIndex")
       .def(py::init(&make_index), py::arg("dim"), py::arg("bits"), py::arg("metric"), py::arg("seed"),
-           py::arg("code_dim") = 0)
+           py::arg("code_dim") = 0, py::arg("make_rotation") = true)
       .def_property_readonly("dim", &QuantizedIndex::dim)
       .def_property_readonly("dim_pad", &QuantizedIndex::dim_pad)
       .def_property_readonly("bits", &QuantizedIndex::bits)

@@ -74,7 +74,7 @@ class QuantizedIndex:
     """
 
     def __init__(self, dim: int, bits: int = 1, metric: str = "cosine", query_bits: int | None = None,
-                 seed: int = 0, code_dim: int | None = None):
+                 seed: int = 0, code_dim: int | None = None, _make_rotation: bool = True):
         dim = _int_arg(dim, "dim")
         if not 1 <= dim <= 4096:
             raise ValueError(f"dim must be in [1, 4096], got {dim}")
@@ -90,7 +90,7 @@ class QuantizedIndex:
         cd = default_code_dim(dim, bits) if code_dim is None else _int_arg(code_dim, "code_dim")
         if cd % 64 or not dim <= cd <= 4096:
             raise ValueError(f"code_dim must be a multiple of 64 in [dim, 4096], got {cd}")
-        self._index = _core.QuantizedIndex(dim, bits, metric, seed, cd)
+        self._index = _core.QuantizedIndex(dim, bits, metric, seed, cd, _make_rotation)
 
     # ---------------------------------------------------------------- properties
     dim = property(lambda self: self._index.dim)
@@ -269,7 +269,7 @@ class QuantizedIndex:
         sizes = [4 * cd * cd, 4 * cd, nblocks * 32 * bits * cd // 8, 4 * 5 * n]
         if fixed + sum(sizes) + _CRC.size != len(data):
             raise CorruptIndexError(f"{path}: size does not match its header")
-        out = cls(dim, bits, _METRICS[metric], query_bits=qb, seed=seed, code_dim=cd)
+        out = cls(dim, bits, _METRICS[metric], query_bits=qb, seed=seed, code_dim=cd, _make_rotation=False)
         off = fixed
         arrays = []
         for size, dt in zip(sizes, (np.float32, np.float32, np.uint8, np.float32)):
