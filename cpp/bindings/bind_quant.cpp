@@ -6,6 +6,7 @@
 // must round the same way at every SIMD level.
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <optional>
 
 #include "common.hpp"
@@ -101,7 +102,7 @@ void train_py(QuantizedIndex& ix, const F32Array& x) {
 }
 
 py::tuple search_py(const QuantizedIndex& ix, const F32Array& q, long k, int qbits, const std::optional<U8Array>& mask,
-                    const std::optional<I64Array>& ids, long threads, int level) {
+                    const std::optional<I64Array>& ids, long threads, int level, std::optional<float> confidence) {
   check_vectors(q, ix.dim(), "queries");
   require(k > 0, "k must be positive");
   check_qbits(qbits);
@@ -114,6 +115,17 @@ py::tuple search_py(const QuantizedIndex& ix, const F32Array& q, long k, int qbi
   float* ps = out_scores.mutable_data();
   Level lv = level_arg(level);
   size_t nt = resolve_threads(threads);
+  if (confidence) {
+    require(std::isfinite(*confidence) && *confidence >= 0, "confidence must be a finite number >= 0");
+    F32Array lo({nq, static_cast<size_t>(k)}), hi({nq, static_cast<size_t>(k)});
+    float *pl = lo.mutable_data(), *ph = hi.mutable_data();
+    float z = *confidence;
+    {
+      py::gil_scoped_release nogil;
+      ix.search(pq, nq, static_cast<size_t>(k), qbits, allow ? &*allow : nullptr, nt, pi, ps, lv, z, pl, ph);
+    }
+    return py::make_tuple(out_ids, out_scores, lo, hi);
+  }
   {
     py::gil_scoped_release nogil;
     ix.search(pq, nq, static_cast<size_t>(k), qbits, allow ? &*allow : nullptr, nt, pi, ps, lv);
@@ -286,7 +298,7 @@ void bind_quant(py::module_& m) {
       .def("add_codes", &add_codes_py, py::arg("planes"), py::arg("factors"))
       .def("search", &search_py, py::arg("queries"), py::arg("k"), py::arg("query_bits"),
            py::arg("allow_mask") = py::none(), py::arg("allow_ids") = py::none(), py::arg("threads") = 0,
-           py::arg("level") = -1)
+           py::arg("level") = -1, py::arg("confidence") = py::none())
       .def("estimate", &estimate_py, py::arg("queries"), py::arg("ids"), py::arg("query_bits"), py::arg("z"),
            py::arg("level") = -1)
       .def("query_state", &query_state_py, py::arg("query"), py::arg("query_bits"), py::arg("level") = -1)

@@ -113,6 +113,11 @@ def test_bounds_returned_and_contain_estimate(rng):
     ix.add(x)
     ids, s, lo, hi = ix.search(x[:5], 7, bounds=True)
     assert (lo <= s).all() and (s <= hi).all() and (lo < hi).all()
+    # The scan's scores and bounds are the same numbers estimate() gives for those rows.
+    e2, lo3, hi3 = ix.estimate(x[:5], ids)
+    np.testing.assert_array_equal(s, e2)
+    np.testing.assert_array_equal(lo, lo3)
+    np.testing.assert_array_equal(hi, hi3)
     ids2, s2, lo2, hi2 = ix.search(x[:5], 7, bounds=True, oversample=2, rescore=x)
     np.testing.assert_array_equal(lo2, s2)
 

@@ -169,13 +169,12 @@ class QuantizedIndex:
         threads = check_threads(threads)
         q = as_vectors(queries, "queries", dim=self.dim)
         mask, ids = allow_arrays(allow, len(self))
-        cand, scores = self._index.search(q, k * oversample, qb, mask, ids, threads)
         if rescore is not None:
+            cand, _ = self._index.search(q, k * oversample, qb, mask, ids, threads)
             return self._rescore(q, cand, k, rescore, bounds)
         if not bounds:
-            return cand, scores
-        est, lo, hi = self._index.estimate(q, cand, qb, float(confidence))
-        return cand, scores, lo, hi
+            return self._index.search(q, k, qb, mask, ids, threads)
+        return self._index.search(q, k, qb, mask, ids, threads, -1, float(confidence))
 
     def estimate(self, queries, ids, query_bits: int | None = None, confidence: float = 3.0):
         """(estimate, lower, upper) float32 (n, m) for given row ids (n, m) of each query (-1: -inf)."""

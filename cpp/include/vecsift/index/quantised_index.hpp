@@ -163,8 +163,10 @@ class QuantizedIndex {
   }
 
   // Top-k by estimate. Missing results: id -1, score -inf.
+  // With out_lo/out_hi, also the z-sigma bounds of each result (-inf where none).
   void search(const float* queries, size_t nq, size_t k, int qbits, const AllowSet* allow, size_t threads,
-              int64_t* out_ids, float* out_scores, Level level) const {
+              int64_t* out_ids, float* out_scores, Level level, float z = 0, float* out_lo = nullptr,
+              float* out_hi = nullptr) const {
     std::shared_lock<std::shared_mutex> lock(mutex_);
     if (allow && allow->size() != n_) throw std::invalid_argument("allow length does not match the index size");
     std::vector<QuantQuery> qs(nq);
@@ -215,6 +217,11 @@ class QuantizedIndex {
       for (size_t j = 0; j < k; ++j) {
         out_ids[q * k + j] = j < best.size() ? best[j].id : -1;
         out_scores[q * k + j] = j < best.size() ? -best[j].key : -std::numeric_limits<float>::infinity();
+        if (out_lo) {
+          const float h = j < best.size() ? bound(qs[q], static_cast<size_t>(best[j].id), z) : 0.0f;
+          out_lo[q * k + j] = out_scores[q * k + j] - h;
+          out_hi[q * k + j] = out_scores[q * k + j] + h;
+        }
       }
     }
   }
