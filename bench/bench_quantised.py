@@ -109,7 +109,7 @@ class Hamming:
 
 def compare(base, queries, truth, rows, reps, n_one):
     """rows: list of (label, oversample, [engines]) compared interleaved."""
-    print(f"{'setting':<34}{'engine':<30}{'recall@10':>10}{'batch us/q':>12}{'one us/q':>10}{'build s':>9}")
+    print(f"{'setting':<36}{'engine':<30}{'recall@10':>10}{'batch us/q':>12}{'one us/q':>10}{'build s':>9}")
     results = []
     for label, os_, engines in rows:
         kk = 10 * os_
@@ -125,13 +125,13 @@ def compare(base, queries, truth, rows, reps, n_one):
                 to[e.name].append(timed(lambda: e.one(queries[:n_one], kk), 1) / n_one)
         for e in engines:
             b, o = statistics.median(tb[e.name]) * 1e6, statistics.median(to[e.name]) * 1e6
-            print(f"{label:<34}{e.name:<30}{rec[e.name]:>10.4f}{b:>12.1f}{o:>10.1f}{e.build:>9.2f}")
+            print(f"{label:<36}{e.name:<30}{rec[e.name]:>10.4f}{b:>12.1f}{o:>10.1f}{e.build:>9.2f}")
             results.append((label, e.name, rec[e.name], b, o))
         names = [e.name for e in engines]
         for other in names[1:]:
             rb = statistics.median(tb[other]) / statistics.median(tb[names[0]])
             ro = statistics.median(to[other]) / statistics.median(to[names[0]])
-            print(f"{'':<34}{other + ' / ' + names[0].split()[0]:<30} time ratio batch {rb:.2f}x, one {ro:.2f}x")
+            print(f"{'':<36}{other + ' / ' + names[0].split()[0]:<30} time ratio batch {rb:.2f}x, one {ro:.2f}x")
     return results
 
 
@@ -186,8 +186,6 @@ def glove(args):
         ("4 bits, oversample 2", 2, [Vecsift(gb, 4, 8)]),
     ]
     compare(gb, gq, gt, rows, 1, 100)
-
-
 
 
 def collection_bench(rows: int, reps: int):
