@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import struct
-import zlib
 
 import numpy as np
 
@@ -219,7 +218,7 @@ class QuantizedIndex:
 
     # ---------------------------------------------------------------- files
     def save(self, path, rows: bool = True) -> None:
-        """Writes the index to one file (versioned header, CRC-32 of everything), atomically.
+        """Writes the index to one file (versioned header, CRC-32C of everything), atomically.
 
         rows=False writes only the model (rotation, centroid, parameters), for
         callers that keep the codes elsewhere (a collection's append-only file).
@@ -233,7 +232,7 @@ class QuantizedIndex:
             parts += [ix.blocks().tobytes(), ix.factors().tobytes()]
         crc = 0
         for p in parts:
-            crc = zlib.crc32(p, crc)
+            crc = _core.crc32c(p, crc)
         tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
             for p in parts:
@@ -257,7 +256,7 @@ class QuantizedIndex:
         if version != FORMAT_VERSION:
             raise CorruptIndexError(f"{path}: format version {version}, this vecsift reads {FORMAT_VERSION}")
         (crc,) = _CRC.unpack_from(data, len(data) - _CRC.size)
-        if zlib.crc32(memoryview(data)[:len(data) - _CRC.size]) & 0xFFFFFFFF != crc:
+        if _core.crc32c(memoryview(data)[:len(data) - _CRC.size], 0) != crc:
             raise CorruptIndexError(f"{path}: checksum mismatch (file is corrupt or truncated)")
         dim, cd, bits, metric, seed, n, trained = _META.unpack_from(data, _HEAD.size)
         (qb,) = struct.unpack_from("<I", data, _HEAD.size + _META.size)

@@ -24,7 +24,8 @@ import numpy as np
 
 from vecsift.errors import CorruptIndexError
 from vecsift.index.quantised import SUPPORTED_BITS, QuantizedIndex, default_query_bits
-from vecsift.storage.framing import file_crc
+from vecsift.storage.checksum import file_checksum
+from vecsift.storage.framing import missing_file
 from vecsift.storage.rowfile import RowFile
 
 CODES_FORMAT = "rabitq-v1"
@@ -84,7 +85,7 @@ class QuantBQDense:
         self.oversample = params["oversample"]
         self.codes = codes
         self.index = index
-        self.model = model_entry  # {"model": name, "model_crc": crc} once written
+        self.model = model_entry  # {"model": name, "model_crc32c": value} once written
         self.lock = None
         self.growing = False
         self._staged = []
@@ -110,25 +111,34 @@ class QuantBQDense:
             raise CorruptIndexError(f"dense entry holds codes {entry.get('codes')!r}, this vecsift reads {CODES_FORMAT}")
         model = None
         if entry.get("model"):
-            path = os.path.join(directory, entry["model"])
-            if not os.path.exists(path):
-                raise CorruptIndexError(f"{path}: file named by the manifest is missing")
-            if file_crc(path) != entry["model_crc"]:
-                raise CorruptIndexError(f"{path}: checksum does not match the manifest")
+            path = cls._check_model(directory, entry)
             index = QuantizedIndex.load(path)
             if (index.dim, index.bits, index.metric) != (dim, params["bits"], metric):
                 raise CorruptIndexError(f"{path}: model does not match the collection's parameters")
-            model = {"model": entry["model"], "model_crc": entry["model_crc"]}
+            model = {"model": entry["model"], "model_crc32c": entry["model_crc32c"]}
         else:
             index = cls._new_index(dim, metric, params)
-        rf = RowFile.open(os.path.join(directory, entry["file"]), "qcodes", "uint8", cls.width(index),
-                          entry["rows"], entry["crc"], writable)
+        rf = RowFile.open_entry(directory, entry, "qcodes", "uint8", cls.width(index), writable)
         self = cls(dim, metric, params, rf, index, model)
         if entry["rows"]:
             if model is None:
                 raise CorruptIndexError("quantised codes without their model file")
-            self._publish_rows(rf.read_all(entry["rows"], entry["crc"]))  # verified against the manifest
+            self._publish_rows(rf.read_all(entry["rows"], rf.crc))  # verified against the manifest
         return self
+
+    @staticmethod
+    def _check_model(directory, entry) -> str:
+        path = os.path.join(directory, entry["model"])
+        if not os.path.exists(path):
+            raise missing_file(path)
+        if file_checksum(path) != entry["model_crc32c"]:
+            raise CorruptIndexError(f"{path}: checksum does not match the manifest")
+        return path
+
+    def verify(self, directory, entry) -> None:
+        """The codes were checked against the manifest when read into RAM at open; the model is re-read."""
+        if entry and entry.get("model"):
+            self._check_model(directory, entry)
 
     def _publish_rows(self, rows: np.ndarray) -> None:
         cb = self.index.code_bytes
@@ -153,10 +163,9 @@ class QuantBQDense:
             name = f"quant-{gen}.vsq"
             path = os.path.join(directory, name)
             self.index.save(path, rows=False)
-            self.model = {"model": name, "model_crc": file_crc(path)}
-        entry = {"codes": CODES_FORMAT, "file": os.path.basename(self.codes.path), "rows": self.codes.rows,
-                 "crc": self.codes.crc}
-        entry.update(self.model or {"model": None, "model_crc": 0})
+            self.model = {"model": name, "model_crc32c": file_checksum(path)}
+        entry = {"codes": CODES_FORMAT, **self.codes.entry()}
+        entry.update(self.model or {"model": None, "model_crc32c": 0})
         return entry
 
     def publish(self) -> None:
@@ -167,11 +176,13 @@ class QuantBQDense:
     def files(self, entry: dict) -> list:
         return [entry["file"]] + ([entry["model"]] if entry.get("model") else [])
 
-    def search(self, vectors, queries, k, allow, n_allowed, ef=None, oversample=None, threads=0):
+    def search(self, vectors, queries, k, allow, n_allowed, ef=None, oversample=None, threads=0, stats=None):
         from vecsift.collection.stages.dense import rescore
 
         over = int(oversample if oversample is not None else self.oversample)
         c = max(1, min(max(k * over, self.p["min_candidates"]), n_allowed))
+        if stats is not None:
+            stats.codes_scanned += n_allowed * len(queries)  # the scan visits every allowed code
         if self.p["rescore"] == "none":
             rows, scores = self.index.search(queries, min(k, c), allow=allow, threads=threads)
             self.rescored = 0
@@ -185,6 +196,9 @@ class QuantBQDense:
         else:
             cand, _ = self.index.search(queries, c, allow=allow, threads=threads)
         self.rescored = int((cand >= 0).sum())
+        if stats is not None:
+            stats.rescored += self.rescored
+            stats.distances += self.rescored
         return rescore(vectors, queries, cand, k, self.metric)
 
     def close(self) -> None:
