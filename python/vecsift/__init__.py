@@ -26,6 +26,7 @@ from vecsift.errors import CorruptIndexError, VecsiftError
 from vecsift.index.flat import exact_search
 from vecsift.text.fusion import rrf
 from vecsift.index.hnsw import HNSWIndex
+from vecsift.index.quantised import QuantizedIndex
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,7 @@ __all__ = [
     "open",
     "CorruptIndexError",
     "HNSWIndex",
+    "QuantizedIndex",
     "VecsiftError",
     "binary_quantize",
     "cpu_features",

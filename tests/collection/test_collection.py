@@ -27,7 +27,7 @@ def test_create_records_settings_and_reopens(tmp_path):
     c.close()
     c = vecsift.open(tmp_path / "c")
     assert (c.dim, c.metric, c.index, c.model, c.pipeline_version) == (16, "ip", "bq", "minilm", "p1")
-    assert c.index_params == {"oversample": 3}
+    assert c.index_params["oversample"] == 3
     assert len(c) == 0 and c.search(np.ones(16), k=3) == []
     c.close()
     with pytest.raises(FileExistsError):
@@ -56,7 +56,7 @@ def test_small_allow_sets_are_exact(tmp_path, metric):
 @pytest.mark.parametrize("metric", ["cosine", "ip"])
 def test_bq_is_hamming_candidates_then_exact_rescore(tmp_path, metric):
     n, dim, k, over = 6000, 64, 10, 4
-    c, x = make(tmp_path, n=n, dim=dim, metric=metric)
+    c, x = make(tmp_path, n=n, dim=dim, metric=metric, bits=None)  # sign-bit codes
     q = clustered(30, dim, seed=5)
     rows, scores = c.search_rows(q, k=k, oversample=over)
     # reference: Hamming top k*over of the stored rows, rescored with numpy

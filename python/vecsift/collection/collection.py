@@ -3,7 +3,9 @@
 Files of a collection directory (all named by the MANIFEST, storage/manifest.py):
 
     vectors-G.f32    append-only float32 rows, read through numpy.memmap (storage/rowfile.py)
-    codes-G.bin      append-only binary codes (index="bq"), held in RAM
+    codes-G.bin      append-only binary codes (index="bq", bits=None and older collections), held in RAM
+    codes-G.q        append-only quantised codes + factors (index="bq", bits=1/2/4/8), held in RAM
+    quant-G.vsq      the quantised codes' model: rotation, centroid (stages/quant_dense.py)
     hnsw-G.idx       the graph (index="hnsw"), rewritten at each commit
     seg-G.arrow      Arrow IPC file of the chunks added by commit G (ids, texts,
                      tenant, acl, provenance, metadata), memory-mapped (storage/segment.py)
@@ -64,7 +66,7 @@ from vecsift.storage.manifest import Manifest, check_payload
 from vecsift.storage.rowfile import RowFile
 from vecsift.storage.segment import read_segment
 
-_PATTERNS = ("vectors-*.f32", "codes-*.bin", "hnsw-*.idx", "seg-*.arrow", "filters-*.bin", "bm25-*.bin", "*.tmp")
+_PATTERNS = ("vectors-*.f32", "codes-*.bin", "codes-*.q", "quant-*.vsq", "hnsw-*.idx", "seg-*.arrow", "filters-*.bin", "bm25-*.bin", "*.tmp")
 MODES = cascade.MODES
 
 

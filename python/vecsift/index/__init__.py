@@ -5,5 +5,6 @@ Nothing here imports vecsift.collection: a collection wraps these, never the rev
 from vecsift.index.binary import BinaryIndex, binary_quantize
 from vecsift.index.flat import exact_search
 from vecsift.index.hnsw import HNSWIndex
+from vecsift.index.quantised import QuantizedIndex
 
-__all__ = ["BinaryIndex", "HNSWIndex", "binary_quantize", "exact_search"]
+__all__ = ["BinaryIndex", "HNSWIndex", "QuantizedIndex", "binary_quantize", "exact_search"]

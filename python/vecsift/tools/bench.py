@@ -170,7 +170,76 @@ def _sweep_bq(base, queries, gt, k, metric, oversample_values, threads, quiet):
     return rows
 
 
-def run_bench(dataset="glove-50", n_queries=1000, k=10, indexes=("hnsw", "bq"), compare=(), out="bench-out",
+# (bits, oversample, query bits) of the quantised rows in the default sweep: the settings
+# docs/quantised.md measures (1 bit x4, 2 bits x2, 4 bits without and with rescoring).
+QUANT_SETTINGS = ((1, 4, 4), (2, 2, 4), (4, 1, 8), (4, 4, 8))
+
+
+def _faiss_rabitq(dim, metric, bits):
+    try:
+        import faiss
+    except ImportError:
+        return None
+    if not hasattr(faiss, "IndexRaBitQ"):
+        return None
+    mt = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
+    return faiss, faiss.IndexRaBitQ(dim, mt, bits)
+
+
+def _sweep_quant(base, queries, gt, k, metric, threads, quiet, settings=QUANT_SETTINGS, compare_faiss=True):
+    """vecsift.QuantizedIndex rows, and faiss IndexRaBitQ with the same bits and query bits when installed."""
+    from vecsift.index.quantised import QuantizedIndex
+    rows = []
+    for bits, ov, qb in progress_bar(settings, desc="sweep vecsift-quant", disable=quiet):
+        index = QuantizedIndex(base.shape[1], bits=bits, metric=metric, query_bits=qb)
+        t0 = time.perf_counter()
+        index.add(base, threads=threads)
+        build_s = time.perf_counter() - t0
+
+        def run(q, t, index=index, ov=ov):
+            cand, _ = index.search(q, k * ov, threads=t)
+            return rescore(base, q, cand, k, metric)[0] if ov > 1 else cand
+
+        rows.append({
+            "index": "vecsift-quant", "param": f"b{bits} q{qb} x{ov}", "recall": recall_at_k(run(queries, threads), gt, k),
+            "qps_single": _qps_single(lambda q: run(q, 1), queries),
+            "qps_batch": _qps_batch(lambda q: run(q, threads), queries),
+            "build_s": build_s, "bytes_per_vector": index.nbytes / len(base),
+        })
+        made = _faiss_rabitq(base.shape[1], metric, bits) if compare_faiss else None
+        if made is None:
+            continue
+        faiss, fx = made
+        t0 = time.perf_counter()
+        fx.train(base)
+        fx.add(base)
+        fbuild = time.perf_counter() - t0
+        params = faiss.RaBitQSearchParameters()
+        params.qb = qb
+
+        def frun(q, t, fx=fx, ov=ov, params=params):
+            faiss.omp_set_num_threads(t)
+            cand = fx.search(q, k * ov, params=params)[1]
+            return rescore(base, q, cand, k, metric)[0] if ov > 1 else cand
+
+        # faiss's multi-bit scan can cost 100+ ms a query at d=50: measure on a
+        # prefix of the queries that fits a few seconds, and say so in the row.
+        t0 = time.perf_counter()
+        frun(queries[:10], threads)
+        per_q = (time.perf_counter() - t0) / 10
+        nq = int(min(len(queries), max(50, 5.0 / max(per_q, 1e-9))))
+        fq, fgt = queries[:nq], gt[:nq]
+        rows.append({
+            "index": "faiss-rabitq", "param": f"b{bits} q{qb} x{ov}" + (f" ({nq}q)" if nq < len(queries) else ""),
+            "recall": recall_at_k(frun(fq, threads), fgt, k),
+            "qps_single": _qps_single(lambda q: frun(q, 1), fq),
+            "qps_batch": _qps_batch(lambda q: frun(q, threads), fq, reps=1),
+            "build_s": fbuild, "bytes_per_vector": float("nan"),
+        })
+        faiss.omp_set_num_threads(threads)
+    return rows
+
+def run_bench(dataset="glove-50", n_queries=1000, k=10, indexes=("hnsw", "bq", "quant"), compare=(), out="bench-out",
               metric="cosine", m=16, ef_construction=200, ef_values=EF_VALUES, oversample_values=OVERSAMPLE_VALUES,
               threads=0, quiet=False, max_rows=None):
     threads = threads or _core.hardware_threads()
@@ -190,8 +259,10 @@ def run_bench(dataset="glove-50", n_queries=1000, k=10, indexes=("hnsw", "bq"), 
                                 ef_values, threads, quiet)
         elif kind == "bq":
             rows += _sweep_bq(base, queries, gt, k, metric, oversample_values, threads, quiet)
+        elif kind == "quant":
+            rows += _sweep_quant(base, queries, gt, k, metric, threads, quiet)
         else:
-            raise ValueError(f"unknown index {kind!r}; choose hnsw and/or bq")
+            raise ValueError(f"unknown index {kind!r}; choose hnsw, bq and/or quant")
     for lib in compare:
         rows += _sweep_hnsw(make_adapter(lib, base.shape[1], metric, m, ef_construction), base, queries, gt, k,
                             ef_values, threads, quiet)

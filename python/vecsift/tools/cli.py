@@ -183,7 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dataset", default="glove-50", help="glove-50 (default), PATH.npy or PATH.parquet")
     b.add_argument("--queries", type=int, default=1000, help="rows drawn (seed 0) as queries and removed from base")
     b.add_argument("--k", type=int, default=10)
-    b.add_argument("--index", type=_csv, default=("hnsw", "bq"), help="comma list of hnsw, bq")
+    b.add_argument("--index", type=_csv, default=("hnsw", "bq", "quant"),
+                   help="comma list of hnsw, bq, quant (quant also runs faiss IndexRaBitQ when installed)")
     b.add_argument("--compare", type=_csv, default=(), help="comma list of hnswlib, faiss, usearch")
     b.add_argument("--out", default="bench-out", help="directory for results.json, the PNG and cached ground truth")
     b.add_argument("--metric", default="cosine", choices=("cosine", "ip", "l2"))

@@ -13,9 +13,11 @@ Row numbers of the collection are the labels. The collection clips every
 search to its snapshot with an allow set whenever the index holds rows the
 snapshot does not (see collection.py), so an index may run ahead of a snapshot.
 
-"bq": binary codes in RAM (append-only codes file), Hamming top
+"bq" with bits=None, and every "bq" collection written before quantised
+codes existed: binary codes in RAM (append-only codes file), Hamming top
 k*oversample over the allowed rows, then exact float32 rescoring of those
-candidates from the memmapped vectors. "hnsw": vecsift.HNSWIndex over the
+candidates from the memmapped vectors. "bq" with bits=1/2/4/8 (the default
+for new collections): RaBitQ-style codes, stages/quant_dense.py. "hnsw": vecsift.HNSWIndex over the
 float32 rows, labels = rows, filtered by the same allow set.
 """
 from __future__ import annotations
@@ -290,4 +292,36 @@ class HNSWDense:
         pass
 
 
-KINDS = {"bq": BQDense, "hnsw": HNSWDense}
+class BQKind:
+    """index="bq": sign-bit codes (BQDense) when bits is None, quantised codes otherwise.
+
+    Collections written before quantised codes existed have no "bits" in their
+    index parameters: they open as sign-bit collections, unchanged. New ones
+    get quantised codes unless created with bits=None.
+    """
+
+    @staticmethod
+    def params(params: dict) -> dict:
+        from vecsift.collection.stages import quant_dense
+
+        if "bits" in params and params["bits"] is None:
+            rest = {k: v for k, v in params.items() if k != "bits"}
+            return BQDense.params(rest)
+        return quant_dense.normalise_params(params)
+
+    @staticmethod
+    def _cls(params: dict):
+        from vecsift.collection.stages.quant_dense import QuantBQDense
+
+        return QuantBQDense if "bits" in params else BQDense
+
+    @classmethod
+    def create(cls, directory, gen, dim, metric, params):
+        return cls._cls(params).create(directory, gen, dim, metric, params)
+
+    @classmethod
+    def load(cls, directory, entry, dim, metric, params, writable):
+        return cls._cls(params).load(directory, entry, dim, metric, params, writable)
+
+
+KINDS = {"bq": BQKind, "hnsw": HNSWDense}

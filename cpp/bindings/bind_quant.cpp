@@ -1,0 +1,312 @@
+// Bindings for the RaBitQ-style quantised index and its kernels. Conversion
+// and checks only; every kernel runs without the GIL. vecsift.QuantizedIndex
+// (python/vecsift/index/quantised.py) wraps this class.
+//
+// This file is compiled with -ffp-contract=off (CMakeLists.txt): the estimate
+// must round the same way at every SIMD level.
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <optional>
+
+#include "common.hpp"
+#include "vecsift/index/quantised_index.hpp"
+
+using namespace vecsift;
+
+namespace {
+
+Metric quant_metric(const std::string& metric) {
+  if (metric == "ip") return Metric::IP;
+  if (metric == "l2") return Metric::L2;
+  if (metric == "cosine") return Metric::Cosine;
+  throw py::value_error("metric must be 'ip', 'l2' or 'cosine', got '" + metric + "'");
+}
+
+const char* quant_metric_name(Metric m) {
+  switch (m) {
+    case Metric::IP: return "ip";
+    case Metric::L2: return "l2";
+    default: return "cosine";
+  }
+}
+
+void check_qbits(int qbits) { require(qbits >= 4 && qbits <= 8, "query_bits must be in [4, 8], got " + std::to_string(qbits)); }
+
+void check_vectors(const F32Array& x, size_t dim, const char* name) {
+  require_matrix(x, name);
+  require(static_cast<size_t>(x.shape(1)) == dim, std::string(name) + " have dimension " +
+                                                      std::to_string(x.shape(1)) + ", the index has " +
+                                                      std::to_string(dim));
+}
+
+std::unique_ptr<QuantizedIndex> make_index(size_t dim, int bits, const std::string& metric, uint64_t seed,
+                                           size_t code_dim, bool make_rotation) {
+  require(dim >= 1 && dim <= kQuantMaxDim, "dim must be in [1, 4096], got " + std::to_string(dim));
+  require(code_dim == 0 || (code_dim % 64 == 0 && code_dim >= dim && code_dim <= kQuantMaxDim),
+          "code_dim must be a multiple of 64 in [dim, 4096], got " + std::to_string(code_dim));
+  require(quant_bits_supported(bits), "bits must be 1, 2, 4 or 8, got " + std::to_string(bits));
+  Metric m = quant_metric(metric);
+  py::gil_scoped_release nogil;
+  return std::make_unique<QuantizedIndex>(dim, bits, m, seed, code_dim, make_rotation);
+}
+
+void add_py(QuantizedIndex& ix, const F32Array& x, long threads, int level) {
+  check_vectors(x, ix.dim(), "vectors");
+  const float* p = x.data();
+  size_t m = x.shape(0), nt = resolve_threads(threads);
+  Level lv = level_arg(level);
+  py::gil_scoped_release nogil;
+  ix.add(p, m, nt, lv);
+}
+
+py::tuple encode_py(const QuantizedIndex& ix, const F32Array& x, long threads, int level) {
+  check_vectors(x, ix.dim(), "vectors");
+  require(ix.trained(), "encode needs a trained index (train or add first)");
+  const size_t m = x.shape(0);
+  U8Array planes({m, ix.code_bytes()});
+  F32Array factors({m, size_t{5}});
+  const float* p = x.data();
+  uint8_t* pp = planes.mutable_data();
+  float* pf = factors.mutable_data();
+  size_t nt = resolve_threads(threads);
+  Level lv = level_arg(level);
+  {
+    py::gil_scoped_release nogil;
+    ix.encode(p, m, pp, pf, nt, lv);
+  }
+  return py::make_tuple(planes, factors);
+}
+
+void add_codes_py(QuantizedIndex& ix, const U8Array& planes, const F32Array& factors) {
+  require_matrix(planes, "planes");
+  require_matrix(factors, "factors");
+  require(static_cast<size_t>(planes.shape(1)) == ix.code_bytes(),
+          "planes have width " + std::to_string(planes.shape(1)) + ", the index expects " +
+              std::to_string(ix.code_bytes()));
+  require(factors.shape(1) == 5 && factors.shape(0) == planes.shape(0), "factors must be (len(planes), 5)");
+  const uint8_t* pp = planes.data();
+  const float* pf = factors.data();
+  size_t m = planes.shape(0);
+  py::gil_scoped_release nogil;
+  ix.add_codes(pp, pf, m);
+}
+
+void train_py(QuantizedIndex& ix, const F32Array& x) {
+  check_vectors(x, ix.dim(), "vectors");
+  require(x.shape(0) > 0, "train needs at least one vector");
+  const float* p = x.data();
+  size_t m = x.shape(0);
+  py::gil_scoped_release nogil;
+  ix.train(p, m);
+}
+
+py::tuple search_py(const QuantizedIndex& ix, const F32Array& q, long k, int qbits, const std::optional<U8Array>& mask,
+                    const std::optional<I64Array>& ids, long threads, int level, std::optional<float> confidence) {
+  check_vectors(q, ix.dim(), "queries");
+  require(k > 0, "k must be positive");
+  check_qbits(qbits);
+  const size_t nq = q.shape(0);
+  auto allow = allow_arg(mask, ids, ix.size());
+  I64Array out_ids({nq, static_cast<size_t>(k)});
+  F32Array out_scores({nq, static_cast<size_t>(k)});
+  const float* pq = q.data();
+  int64_t* pi = out_ids.mutable_data();
+  float* ps = out_scores.mutable_data();
+  Level lv = level_arg(level);
+  size_t nt = resolve_threads(threads);
+  if (confidence) {
+    require(std::isfinite(*confidence) && *confidence >= 0, "confidence must be a finite number >= 0");
+    F32Array lo({nq, static_cast<size_t>(k)}), hi({nq, static_cast<size_t>(k)});
+    float *pl = lo.mutable_data(), *ph = hi.mutable_data();
+    float z = *confidence;
+    {
+      py::gil_scoped_release nogil;
+      ix.search(pq, nq, static_cast<size_t>(k), qbits, allow ? &*allow : nullptr, nt, pi, ps, lv, z, pl, ph);
+    }
+    return py::make_tuple(out_ids, out_scores, lo, hi);
+  }
+  {
+    py::gil_scoped_release nogil;
+    ix.search(pq, nq, static_cast<size_t>(k), qbits, allow ? &*allow : nullptr, nt, pi, ps, lv);
+  }
+  return py::make_tuple(out_ids, out_scores);
+}
+
+py::tuple estimate_py(const QuantizedIndex& ix, const F32Array& q, const I64Array& ids, int qbits, float z, int level) {
+  check_vectors(q, ix.dim(), "queries");
+  require_matrix(ids, "ids");
+  require(ids.shape(0) == q.shape(0), "ids must have one row per query");
+  check_qbits(qbits);
+  const size_t nq = q.shape(0), m = ids.shape(1);
+  F32Array est({nq, m}), lo({nq, m}), hi({nq, m});
+  const float* pq = q.data();
+  const int64_t* pi = ids.data();
+  float *pe = est.mutable_data(), *pl = lo.mutable_data(), *ph = hi.mutable_data();
+  Level lv = level_arg(level);
+  {
+    py::gil_scoped_release nogil;
+    ix.estimate_rows(pq, nq, pi, m, qbits, z, pe, pl, ph, lv);
+  }
+  return py::make_tuple(est, lo, hi);
+}
+
+py::dict query_state_py(const QuantizedIndex& ix, const F32Array& q, int qbits, int level) {
+  require(q.ndim() == 1 && static_cast<size_t>(q.shape(0)) == ix.dim(), "query must be 1-d of the index dimension");
+  check_qbits(qbits);
+  QuantQuery qq = ix.make_query(q.data(), qbits, level_arg(level));
+  QuantEstimator e = ix.estimator(qq);
+  U8Array qu(qq.qu.size());
+  std::memcpy(qu.mutable_data(), qq.qu.data(), qq.qu.size());
+  py::dict d;
+  d["qu"] = qu;
+  d["lo"] = qq.lo;
+  d["dq"] = qq.dq;
+  d["sum_qu"] = qq.sum_qu;
+  d["norm2"] = qq.norm2;
+  d["K"] = e.K;
+  d["mq"] = e.mq;
+  d["cq"] = e.cq;
+  return d;
+}
+
+F32Array rotation_py(const QuantizedIndex& ix) {
+  const size_t d = ix.dim_pad();
+  F32Array out({d, d});
+  std::memcpy(out.mutable_data(), ix.rotation().data(), d * d * sizeof(float));
+  return out;
+}
+
+F32Array centroid_py(const QuantizedIndex& ix) {
+  F32Array out(ix.dim_pad());
+  std::memcpy(out.mutable_data(), ix.centroid().data(), ix.dim_pad() * sizeof(float));
+  return out;
+}
+
+U8Array planes_py(const QuantizedIndex& ix) {
+  const size_t n = ix.size(), w = ix.code_bytes();
+  U8Array out({n, w});
+  uint8_t* p = out.mutable_data();
+  for (size_t i = 0; i < n; ++i) ix.get_planes(i, p + i * w);
+  return out;
+}
+
+U8Array blocks_py(const QuantizedIndex& ix) {
+  const size_t n = ix.blocks_bytes();
+  U8Array out(n);
+  if (n) std::memcpy(out.mutable_data(), ix.blocks(), n);
+  return out;
+}
+
+F32Array factors_py(const QuantizedIndex& ix) {
+  const size_t n = ix.size();
+  F32Array out({n, size_t{5}});
+  float* p = out.mutable_data();
+  for (size_t i = 0; i < n; ++i) ix.get_factors(i, p + 5 * i);
+  return out;
+}
+
+void set_state_py(QuantizedIndex& ix, const F32Array& rotation, const F32Array& centroid, bool trained, size_t n,
+                  const U8Array& blocks, const F32Array& factors) {
+  const size_t d = ix.dim_pad();
+  require(static_cast<size_t>(rotation.size()) == d * d, "rotation has the wrong size");
+  require(static_cast<size_t>(centroid.size()) == d, "centroid has the wrong size");
+  const size_t nblocks = (n + kQuantBlockRows - 1) / kQuantBlockRows;
+  require(static_cast<size_t>(blocks.size()) == nblocks * ix.code_bytes() * kQuantBlockRows, "codes have the wrong size");
+  require(static_cast<size_t>(factors.size()) == 5 * n, "factors have the wrong size");
+  ix.set_state(rotation.data(), centroid.data(), trained, n, blocks.data(), factors.data());
+}
+
+// The block kernel alone, for tests: S = u . qu for each row of the code
+// values u (n x D, each < 2^bits; D a multiple of 64), stored in the blocked
+// plane layout, against query values qu (D, each < 2^qbits).
+py::array_t<uint32_t> plane_sums_py(const U8Array& u, const U8Array& qu, int bits, int qbits, int level) {
+  require_matrix(u, "u");
+  const size_t n = u.shape(0), D = u.shape(1);
+  require(D % 64 == 0 && D > 0 && D <= kQuantMaxDim, "u must have a positive multiple of 64 columns, at most 4096");
+  require(bits >= 1 && bits <= 8, "bits must be in [1, 8]");
+  require(qbits >= 1 && qbits <= 8, "qbits must be in [1, 8]");
+  require(qu.ndim() == 1 && static_cast<size_t>(qu.shape(0)) == D, "qu must be 1-d with u.shape[1] entries");
+  const size_t J = D / 8, nblocks = (n + kQuantBlockRows - 1) / kQuantBlockRows;
+  const size_t stride = static_cast<size_t>(bits) * J * kQuantBlockRows;
+  std::vector<uint8_t> data(nblocks * stride, 0), planes(bits * J), luts;
+  const uint8_t* pu = u.data();
+  for (size_t r = 0; r < n; ++r) {
+    pack_planes(pu + r * D, D, bits, planes.data());
+    uint8_t* blk = data.data() + (r / kQuantBlockRows) * stride;
+    for (size_t i = 0; i < planes.size(); ++i) blk[i * kQuantBlockRows + r % kQuantBlockRows] = planes[i];
+  }
+  build_query_luts(qu.data(), D, qbits, luts);
+  py::array_t<uint32_t> out(nblocks * kQuantBlockRows);
+  uint32_t* po = out.mutable_data();
+  std::fill(po, po + nblocks * kQuantBlockRows, 0u);
+  QuantBlocks s{data.data(), bits, J, nblocks, quant_last_mask(n), nullptr};
+  Level lv = level_arg(level);
+  {
+    py::gil_scoped_release nogil;
+    struct Store {
+      uint32_t* po;
+      void block(size_t b, uint32_t mask, const uint32_t* S, Level) {
+        for (size_t l = 0; l < kQuantBlockRows; ++l)
+          if ((mask >> l) & 1u) po[b * kQuantBlockRows + l] = S[l];
+      }
+    } sink{po};
+    quant_sums(lv, s, luts.data(), (qbits + 3) / 4, 0, nblocks, sink);
+  }
+  out.resize({n});
+  return out;
+}
+
+F32Array rotate_py(const F32Array& cols, const F32Array& x, int level) {
+  require_matrix(cols, "cols");
+  require_matrix(x, "x");
+  const size_t d = cols.shape(0);
+  require(static_cast<size_t>(cols.shape(1)) == d && d % 64 == 0, "cols must be square with a multiple of 64 rows");
+  require(static_cast<size_t>(x.shape(1)) == d, "x must have as many columns as cols");
+  const size_t m = x.shape(0);
+  F32Array out({m, d});
+  const float *pc = cols.data(), *px = x.data();
+  float* po = out.mutable_data();
+  Level lv = level_arg(level);
+  py::gil_scoped_release nogil;
+  for (size_t i = 0; i < m; ++i) rotate(pc, d, px + i * d, po + i * d, lv);
+  return out;
+}
+
+}  // namespace
+
+void bind_quant(py::module_& m) {
+  m.def("quant_plane_sums", &plane_sums_py, py::arg("u"), py::arg("qu"), py::arg("bits"), py::arg("qbits"),
+        py::arg("level") = -1);
+  m.def("quant_rotate", &rotate_py, py::arg("cols"), py::arg("x"), py::arg("level") = -1);
+
+  py::class_<QuantizedIndex>(m, "QuantizedIndex")
+      .def(py::init(&make_index), py::arg("dim"), py::arg("bits"), py::arg("metric"), py::arg("seed"),
+           py::arg("code_dim") = 0, py::arg("make_rotation") = true)
+      .def_property_readonly("dim", &QuantizedIndex::dim)
+      .def_property_readonly("dim_pad", &QuantizedIndex::dim_pad)
+      .def_property_readonly("bits", &QuantizedIndex::bits)
+      .def_property_readonly("seed", &QuantizedIndex::seed)
+      .def_property_readonly("trained", &QuantizedIndex::trained)
+      .def_property_readonly("metric", [](const QuantizedIndex& ix) { return quant_metric_name(ix.metric()); })
+      .def_property_readonly("code_bytes", &QuantizedIndex::code_bytes)
+      .def_property_readonly("nbytes", &QuantizedIndex::nbytes)
+      .def("__len__", &QuantizedIndex::size)
+      .def("add", &add_py, py::arg("vectors"), py::arg("threads") = 0, py::arg("level") = -1)
+      .def("train", &train_py, py::arg("vectors"))
+      .def("encode", &encode_py, py::arg("vectors"), py::arg("threads") = 0, py::arg("level") = -1)
+      .def("add_codes", &add_codes_py, py::arg("planes"), py::arg("factors"))
+      .def("search", &search_py, py::arg("queries"), py::arg("k"), py::arg("query_bits"),
+           py::arg("allow_mask") = py::none(), py::arg("allow_ids") = py::none(), py::arg("threads") = 0,
+           py::arg("level") = -1, py::arg("confidence") = py::none())
+      .def("estimate", &estimate_py, py::arg("queries"), py::arg("ids"), py::arg("query_bits"), py::arg("z"),
+           py::arg("level") = -1)
+      .def("query_state", &query_state_py, py::arg("query"), py::arg("query_bits"), py::arg("level") = -1)
+      .def("rotation", &rotation_py)
+      .def("centroid", &centroid_py)
+      .def("planes", &planes_py)
+      .def("blocks", &blocks_py)
+      .def("factors", &factors_py)
+      .def("set_state", &set_state_py, py::arg("rotation"), py::arg("centroid"), py::arg("trained"), py::arg("n"),
+           py::arg("blocks"), py::arg("factors"));
+}

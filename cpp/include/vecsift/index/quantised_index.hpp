@@ -1,0 +1,359 @@
+// QuantizedIndex: RaBitQ-style B-bit codes (quant_codes.hpp) in the blocked
+// bit-plane layout of quant_scan.hpp, and a brute-force top-k over the
+// estimated similarity (higher is better; stored in TopK as -estimate).
+//
+// The centroid is the mean of the first batch added (or of train()); later
+// rows are coded against the same centroid and rotation. Concurrency as in
+// BinaryIndex: searches share a lock, add takes it exclusively.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <shared_mutex>
+#include <stdexcept>
+#include <vector>
+
+#include "vecsift/index/filter.hpp"
+#include "vecsift/io/memory.hpp"
+#include "vecsift/kernels/distance.hpp"  // Metric
+#include "vecsift/kernels/parallel.hpp"
+#include "vecsift/kernels/quant_codes.hpp"
+#include "vecsift/kernels/quant_rotation.hpp"
+#include "vecsift/kernels/quant_scan.hpp"
+#include "vecsift/kernels/topk.hpp"
+
+namespace vecsift {
+
+constexpr size_t kQuantMaxDim = 4096;
+
+inline bool quant_bits_supported(int b) { return b == 1 || b == 2 || b == 4 || b == 8; }
+
+class QuantizedIndex {
+ public:
+  // code_dim: dimension of the rotated space the codes live in (a multiple of
+  // 64, at least dim; 0 picks the smallest). Extra dimensions are zero before
+  // the rotation and carry information after it: more bits per vector.
+  QuantizedIndex(size_t dim, int bits, Metric metric, uint64_t seed, size_t code_dim = 0, bool make_rotation = true)
+      : dim_(dim), dpad_(code_dim ? code_dim : quant_padded_dim(dim)), J_(dpad_ / 8), bits_(bits),
+        metric_(metric), seed_(seed) {
+    if (dim == 0 || dim > kQuantMaxDim) throw std::invalid_argument("dim must be in [1, 4096]");
+    if (dpad_ % 64 || dpad_ < dim || dpad_ > kQuantMaxDim)
+      throw std::invalid_argument("code_dim must be a multiple of 64 in [dim, 4096]");
+    if (!quant_bits_supported(bits)) throw std::invalid_argument("bits must be 1, 2, 4 or 8");
+    // A loaded index brings its own rotation (set_state): no need to generate one.
+    rotation_ = make_rotation ? random_rotation(dpad_, seed) : std::vector<float>(dpad_ * dpad_, 0.0f);
+    centroid_.assign(dpad_, 0.0f);
+  }
+
+  size_t dim() const { return dim_; }
+  size_t dim_pad() const { return dpad_; }
+  int bits() const { return bits_; }
+  Metric metric() const { return metric_; }
+  uint64_t seed() const { return seed_; }
+  bool trained() const { return trained_; }
+  size_t size() const {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    return n_;
+  }
+  // Bytes of one row's code: bits planes of dim_pad/8 bytes.
+  size_t code_bytes() const { return static_cast<size_t>(bits_) * J_; }
+  size_t nbytes() const {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    return data_.capacity_bytes() + 5 * sizeof(float) * factors_a_.capacity();
+  }
+  const std::vector<float>& rotation() const { return rotation_; }
+  const std::vector<float>& centroid() const { return centroid_; }
+
+  // Centroid = mean of x (n rows of dim), after normalising for cosine.
+  void train(const float* x, size_t n) {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    train_locked(x, n);
+  }
+
+  void add(const float* x, size_t m, size_t threads, Level level) {
+    {
+      std::unique_lock<std::shared_mutex> lock(mutex_);
+      if (!trained_) train_locked(x, m);
+    }
+    std::vector<uint8_t> planes(m * code_bytes());
+    std::vector<float> factors(m * 5);
+    encode(x, m, planes.data(), factors.data(), threads, level);
+    add_codes(planes.data(), factors.data(), m);
+  }
+
+  // Codes (m x code_bytes, row-major planes) and factors (m x 5) of m rows,
+  // against the current centroid; nothing is stored.
+  void encode(const float* x, size_t m, uint8_t* planes_out, float* factors_out, size_t threads, Level level) const {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    if (!trained_) throw std::logic_error("encode before train: the centroid is not set");
+    const size_t slices = std::max<size_t>(1, std::min(threads, m / 256));
+    parallel_for(slices, slices, [&](size_t t) {
+      std::vector<float> pad(dpad_), r(dpad_), scratch(dpad_);
+      std::vector<uint8_t> u(dpad_);
+      for (size_t i = m * t / slices; i < m * (t + 1) / slices; ++i) {
+        prepare(x + i * dim_, pad.data());
+        for (size_t j = 0; j < dpad_; ++j) pad[j] -= centroid_[j];
+        rotate(rotation_.data(), dpad_, pad.data(), r.data(), level);
+        QuantFactors f = quantize_rotated(r.data(), dpad_, bits_, u.data(), scratch.data());
+        if (metric_ == Metric::L2) {
+          double nn = 0;
+          for (size_t j = 0; j < dpad_; ++j) nn += static_cast<double>(r[j]) * r[j];
+          f.add = static_cast<float>(-nn);
+        } else {
+          double dot = 0;  // <x - c, c>, in the unrotated space
+          for (size_t j = 0; j < dpad_; ++j) dot += static_cast<double>(pad[j]) * centroid_[j];
+          f.add = static_cast<float>(dot);
+        }
+        pack_planes(u.data(), dpad_, bits_, planes_out + i * code_bytes());
+        float* fo = factors_out + 5 * i;
+        fo[0] = f.a, fo[1] = f.su, fo[2] = f.add, fo[3] = f.g, fo[4] = f.h;
+      }
+    });
+  }
+
+  // Appends m rows given as encode() returns them.
+  void add_codes(const uint8_t* planes, const float* factors, size_t m) {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    const size_t total = n_ + m, nblocks = (total + kQuantBlockRows - 1) / kQuantBlockRows;
+    data_.resize(nblocks * block_stride());
+    for (auto* v : factor_arrays()) v->resize(nblocks * kQuantBlockRows, 0.0f);
+    for (size_t i = 0; i < m; ++i) {
+      const float* f = factors + 5 * i;
+      store_row(n_ + i, planes + i * code_bytes(), QuantFactors{f[0], f[1], f[2], f[3], f[4]});
+    }
+    n_ = total;
+  }
+
+  // Rotated, centred and quantised query (and its metric constants).
+  QuantQuery make_query(const float* q, int qbits, Level level) const {
+    std::vector<float> pad(dpad_), r(dpad_);
+    prepare(q, pad.data());
+    double cq = 0;
+    for (size_t j = 0; j < dpad_; ++j) {
+      cq += static_cast<double>(centroid_[j]) * pad[j];
+      pad[j] -= centroid_[j];
+    }
+    rotate(rotation_.data(), dpad_, pad.data(), r.data(), level);
+    QuantQuery qq;
+    quantize_query(r.data(), dpad_, qbits, qq);
+    if (metric_ == Metric::L2) {
+      qq.mq = 2.0f;
+      qq.cq = -qq.norm2;
+    } else {
+      qq.mq = 1.0f;
+      qq.cq = static_cast<float>(cq);
+    }
+    return qq;
+  }
+
+  QuantEstimator estimator(const QuantQuery& q) const {
+    const float cB = static_cast<float>(((1 << bits_) - 1) / 2.0);
+    const float K = cB * (q.dq * q.sum_qu + q.lo * static_cast<float>(dpad_));
+    return QuantEstimator{q.dq, q.lo, K, q.mq, q.cq};
+  }
+
+  // Half-width of the z-sigma bound of row r's estimate.
+  float bound(const QuantQuery& q, size_t r, float z) const {
+    const double var = static_cast<double>(q.norm2) * factors_h_[r] + static_cast<double>(q.dq) * q.dq / 12.0;
+    return static_cast<float>(z * q.mq * factors_g_[r] * std::sqrt(var));
+  }
+
+  // Top-k by estimate. Missing results: id -1, score -inf.
+  // With out_lo/out_hi, also the z-sigma bounds of each result (-inf where none).
+  void search(const float* queries, size_t nq, size_t k, int qbits, const AllowSet* allow, size_t threads,
+              int64_t* out_ids, float* out_scores, Level level, float z = 0, float* out_lo = nullptr,
+              float* out_hi = nullptr) const {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    if (allow && allow->size() != n_) throw std::invalid_argument("allow length does not match the index size");
+    std::vector<QuantQuery> qs(nq);
+    std::vector<QuantEstimator> est(nq);
+    parallel_for(nq, nq >= 64 ? threads : 1, [&](size_t i) {
+      qs[i] = make_query(queries + i * dim_, qbits, level);
+      est[i] = estimator(qs[i]);
+    });
+    const QuantBlocks blocks = view(allow);
+    const size_t nblocks = blocks.nblocks;
+    // ~256 KiB of codes per chunk: the chunk stays in L2 while each query's
+    // tables (D/8 * 32 bytes a pass) stay in L1. A 32 KiB chunk measured slower
+    // on batches: cycling 1,000 queries' tables through L1 per chunk cost more
+    // than reading the codes once per query.
+    const size_t chunk = std::max<size_t>(1, (256 * 1024) / block_stride());
+    threads = std::max<size_t>(1, std::min(threads, std::max<size_t>(1, nblocks / 64)));
+    using Top = TopK<float>;
+    std::vector<Top> tops;
+    auto scan = [&](size_t q, size_t b0, size_t b1, Top& top) {
+      Sink sink{top, QuantScoreArgs{factors_a_.data(), factors_su_.data(), factors_add_.data(), est[q]}};
+      quant_sums(level, blocks, qs[q].luts.data(), qs[q].passes(), b0, b1, sink);
+    };
+    if (nq >= threads) {
+      tops.assign(nq, Top(k));
+      parallel_for(threads, threads, [&](size_t t) {
+        size_t q0 = nq * t / threads, q1 = nq * (t + 1) / threads;
+        for (size_t b = 0; b < nblocks; b += chunk) {
+          size_t be = std::min(nblocks, b + chunk);
+          for (size_t q = q0; q < q1; ++q) scan(q, b, be, tops[q]);
+        }
+      });
+    } else {
+      tops.assign(nq * threads, Top(k));
+      parallel_for(threads, threads, [&](size_t t) {
+        size_t b0 = nblocks * t / threads, b1 = nblocks * (t + 1) / threads;
+        for (size_t b = b0; b < b1; b += chunk) {
+          size_t be = std::min(b1, b + chunk);
+          for (size_t q = 0; q < nq; ++q) scan(q, b, be, tops[q * threads + t]);
+        }
+      });
+      for (size_t q = 0; q < nq; ++q) {
+        for (size_t t = 1; t < threads; ++t) tops[q * threads].merge(tops[q * threads + t]);
+        if (q) tops[q] = std::move(tops[q * threads]);
+      }
+    }
+    for (size_t q = 0; q < nq; ++q) {
+      auto best = tops[q].sorted();
+      for (size_t j = 0; j < k; ++j) {
+        out_ids[q * k + j] = j < best.size() ? best[j].id : -1;
+        out_scores[q * k + j] = j < best.size() ? -best[j].key : -std::numeric_limits<float>::infinity();
+        if (out_lo) {
+          const float h = j < best.size() ? bound(qs[q], static_cast<size_t>(best[j].id), z) : 0.0f;
+          out_lo[q * k + j] = out_scores[q * k + j] - h;
+          out_hi[q * k + j] = out_scores[q * k + j] + h;
+        }
+      }
+    }
+  }
+
+  // Estimates and z-sigma bounds for given rows of each query (m per query;
+  // id -1 gives -inf). Used for the bound-driven rescoring policy and tests.
+  void estimate_rows(const float* queries, size_t nq, const int64_t* ids, size_t m, int qbits, float z,
+                     float* est_out, float* lo_out, float* hi_out, Level level) const {
+    std::shared_lock<std::shared_mutex> lock(mutex_);
+    for (size_t q = 0; q < nq; ++q) {
+      QuantQuery qq = make_query(queries + q * dim_, qbits, level);
+      QuantEstimator e = estimator(qq);
+      for (size_t j = 0; j < m; ++j) {
+        const int64_t r = ids[q * m + j];
+        float* outs[3] = {est_out + q * m + j, lo_out + q * m + j, hi_out + q * m + j};
+        if (r < 0 || static_cast<size_t>(r) >= n_) {
+          for (float* o : outs) *o = -std::numeric_limits<float>::infinity();
+          continue;
+        }
+        const uint8_t* blk = data_.data() + (r / kQuantBlockRows) * block_stride();
+        const uint32_t S = quant_row_sum(blk, r % kQuantBlockRows, bits_, J_, qq.luts.data(), qq.passes());
+        const float v = e(S, factors_a_[r], factors_su_[r], factors_add_[r]);
+        const float h = bound(qq, r, z);
+        *outs[0] = v;
+        *outs[1] = v - h;
+        *outs[2] = v + h;
+      }
+    }
+  }
+
+  // ---- state, for persistence and tests
+  // Row-major planes of row r: bits x dim_pad/8 bytes.
+  void get_planes(size_t r, uint8_t* out) const {
+    const uint8_t* blk = data_.data() + (r / kQuantBlockRows) * block_stride();
+    for (size_t i = 0; i < code_bytes(); ++i) out[i] = blk[i * kQuantBlockRows + r % kQuantBlockRows];
+  }
+  const uint8_t* blocks() const { return data_.data(); }
+  size_t blocks_bytes() const { return (n_ + kQuantBlockRows - 1) / kQuantBlockRows * block_stride(); }
+  void get_factors(size_t r, float* out) const {
+    out[0] = factors_a_[r], out[1] = factors_su_[r], out[2] = factors_add_[r], out[3] = factors_g_[r],
+    out[4] = factors_h_[r];
+  }
+
+  // Restores a saved index (the caller checked sizes and checksum).
+  void set_state(const float* rotation, const float* centroid, bool trained, size_t n, const uint8_t* blocks,
+                 const float* factors /* n x 5 */) {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    std::memcpy(rotation_.data(), rotation, rotation_.size() * sizeof(float));
+    std::memcpy(centroid_.data(), centroid, centroid_.size() * sizeof(float));
+    trained_ = trained;
+    n_ = n;
+    const size_t nblocks = (n + kQuantBlockRows - 1) / kQuantBlockRows;
+    data_.resize(nblocks * block_stride());
+    if (nblocks) std::memcpy(data_.data(), blocks, nblocks * block_stride());
+    for (auto* v : factor_arrays()) v->assign(nblocks * kQuantBlockRows, 0.0f);
+    for (size_t r = 0; r < n; ++r) {
+      factors_a_[r] = factors[5 * r], factors_su_[r] = factors[5 * r + 1], factors_add_[r] = factors[5 * r + 2];
+      factors_g_[r] = factors[5 * r + 3], factors_h_[r] = factors[5 * r + 4];
+    }
+  }
+
+ private:
+  // Scores a block's rows and keeps those that beat the current k-th best.
+  struct Sink {
+    TopK<float>& top;
+    QuantScoreArgs f;
+    void block(size_t b, uint32_t mask, const uint32_t* S, Level level) {
+      alignas(32) float est[kQuantBlockRows];
+      const size_t row0 = b * kQuantBlockRows;
+      quant_scores(level, f, row0, S, est);
+      // key = -est enters when -est < threshold, i.e. est > -threshold.
+      const float need = -top.threshold();
+      uint32_t pass = 0;
+      for (size_t l = 0; l < kQuantBlockRows; ++l) pass |= static_cast<uint32_t>(est[l] > need) << l;
+      pass &= mask;
+      while (pass) {
+        const unsigned l = static_cast<unsigned>(__builtin_ctz(pass));
+        top.push(-est[l], static_cast<int64_t>(row0 + l));
+        pass &= pass - 1;
+      }
+    }
+  };
+
+  size_t block_stride() const { return code_bytes() * kQuantBlockRows; }
+
+  QuantBlocks view(const AllowSet* allow) const {
+    const size_t nblocks = (n_ + kQuantBlockRows - 1) / kQuantBlockRows;
+    // The allow bitset's 64-bit words read as 32-bit words (little-endian): one per block.
+    return QuantBlocks{data_.data(), bits_, J_, nblocks, quant_last_mask(n_),
+                       allow ? reinterpret_cast<const uint32_t*>(allow->words()) : nullptr};
+  }
+
+  std::vector<std::vector<float>*> factor_arrays() {
+    return {&factors_a_, &factors_su_, &factors_add_, &factors_g_, &factors_h_};
+  }
+
+  // Copies a row into dpad_ floats: zero padding, unit length for cosine.
+  void prepare(const float* x, float* out) const {
+    double nn = 0;
+    for (size_t j = 0; j < dim_; ++j) nn += static_cast<double>(x[j]) * x[j];
+    const float s = (metric_ == Metric::Cosine && nn > 0) ? static_cast<float>(1.0 / std::sqrt(nn)) : 1.0f;
+    for (size_t j = 0; j < dim_; ++j) out[j] = x[j] * s;
+    for (size_t j = dim_; j < dpad_; ++j) out[j] = 0.0f;
+  }
+
+  void train_locked(const float* x, size_t n) {
+    std::vector<double> sum(dpad_, 0.0);
+    std::vector<float> pad(dpad_);
+    for (size_t i = 0; i < n; ++i) {
+      prepare(x + i * dim_, pad.data());
+      for (size_t j = 0; j < dpad_; ++j) sum[j] += pad[j];
+    }
+    for (size_t j = 0; j < dpad_; ++j) centroid_[j] = n ? static_cast<float>(sum[j] / n) : 0.0f;
+    trained_ = n > 0;
+  }
+
+  void store_row(size_t r, const uint8_t* planes, const QuantFactors& f) {
+    uint8_t* blk = data_.data() + (r / kQuantBlockRows) * block_stride();
+    for (size_t i = 0; i < code_bytes(); ++i) blk[i * kQuantBlockRows + r % kQuantBlockRows] = planes[i];
+    factors_a_[r] = f.a, factors_su_[r] = f.su, factors_add_[r] = f.add, factors_g_[r] = f.g, factors_h_[r] = f.h;
+  }
+
+  size_t dim_, dpad_, J_;
+  int bits_;
+  Metric metric_;
+  uint64_t seed_;
+  bool trained_ = false;
+  size_t n_ = 0;
+  std::vector<float> rotation_, centroid_;
+  HugeBuffer<uint8_t> data_;  // blocked planes, see quant_scan.hpp
+  std::vector<float> factors_a_, factors_su_, factors_add_, factors_g_, factors_h_;
+  mutable std::shared_mutex mutex_;
+};
+
+}  // namespace vecsift

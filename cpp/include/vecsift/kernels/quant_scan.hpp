@@ -1,0 +1,233 @@
+// Scan kernels over bit-plane codes (see quant_codes.hpp for the algebra).
+//
+// For every row the kernels compute, exactly, the integer
+//   S = sum_i u_i * qu_i = sum_{p<B} 2^p * sum_i bit_p(u_i) * qu_i,
+// i.e. the AND of each data plane with the query, weighted by the query value
+// and summed. Rather than one AND + popcount per (data plane, query plane)
+// pair, the query planes are folded into nibble lookup tables: for each byte
+// of a data plane, pshufb maps its two nibbles to the sums of the selected
+// query values, which is the same integer as the weighted popcounts of all
+// query planes at once. Measured on this machine (AVX2, 30k x 384): one data
+// plane with a 4-bit query costs ~1.3x a sign-bit Hamming scan this way,
+// against ~3.7x with four AND + popcount passes (bench/bench_quantised.py).
+//
+// Layout: rows in blocks of 32; block b holds byte j of plane p of its 32
+// rows at data[((b*B + p)*J + j)*32 + lane], J = D/8. One 256-bit register
+// carries one byte of 32 rows, so every byte of it uses the same table (pshufb
+// tables are per 128-bit lane), a scan that needs fewer planes reads fewer
+// cache lines, and one 32-bit word of an allow bitset covers one block.
+//
+// The float estimate is formed from S by the same sequence of IEEE operations
+// at every level (no fused multiply-add: the binding is compiled with
+// -ffp-contract=off), so results are bit-identical across levels.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "vecsift/kernels/cpu.hpp"
+
+namespace vecsift {
+
+constexpr size_t kQuantBlockRows = 32;
+
+struct QuantBlocks {
+  const uint8_t* data;
+  int bits;       // B data planes
+  size_t J;       // bytes per plane (D / 8)
+  size_t nblocks;
+  uint32_t last_mask;     // valid lanes of the final block
+  const uint32_t* allow;  // one 32-bit word per block, or null
+
+  size_t block_stride() const { return static_cast<size_t>(bits) * J * kQuantBlockRows; }
+  uint32_t lane_mask(size_t b) const {
+    uint32_t m = allow ? allow[b] : 0xFFFFFFFFu;
+    return b + 1 == nblocks ? (m & last_mask) : m;
+  }
+};
+
+inline uint32_t quant_last_mask(size_t n) {
+  return n % kQuantBlockRows ? (1u << (n % kQuantBlockRows)) - 1u : 0xFFFFFFFFu;
+}
+
+// Per-query constants of est = mq * a * (dq*S + lo*su - K) + add + cq.
+struct QuantEstimator {
+  float dq, lo, K, mq, cq;
+  float operator()(uint32_t S, float a, float su, float add) const {
+    const float t1 = dq * static_cast<float>(S);
+    const float t2 = lo * su;
+    const float t3 = (t1 + t2) - K;
+    const float t4 = a * t3;
+    return mq * t4 + (add + cq);
+  }
+};
+
+// Row factors and the query's estimator: what turns S into a score.
+struct QuantScoreArgs {
+  const float *a, *su, *add;
+  QuantEstimator e;
+};
+
+// ---------------------------------------------------------------- S of one row (scalar)
+inline uint32_t quant_row_sum(const uint8_t* blk, size_t lane, int B, size_t J, const uint8_t* luts, int passes) {
+  uint32_t S = 0;
+  for (int p = 0; p < B; ++p)
+    for (int g = 0; g < passes; ++g) {
+      uint32_t c = 0;
+      const uint8_t* t = luts + static_cast<size_t>(g) * J * 32;
+      for (size_t j = 0; j < J; ++j) {
+        const uint8_t byte = blk[(p * J + j) * kQuantBlockRows + lane];
+        c += t[j * 32 + (byte & 15)] + t[j * 32 + 16 + (byte >> 4)];
+      }
+      S += c << (p + 4 * g);
+    }
+  return S;
+}
+
+// Sinks receive (block, lane mask, S[32]) and, for the scanning sink, the
+// scores: score_block fills est[32] for the block at the given level.
+template <class Sink>
+inline void quant_sums_scalar(const QuantBlocks& s, const uint8_t* luts, int passes, size_t b0, size_t b1,
+                              Sink& sink) {
+  uint32_t S[kQuantBlockRows];
+  for (size_t b = b0; b < b1; ++b) {
+    const uint32_t mask = s.lane_mask(b);
+    if (!mask) continue;
+    const uint8_t* blk = s.data + b * s.block_stride();
+    for (size_t l = 0; l < kQuantBlockRows; ++l) S[l] = quant_row_sum(blk, l, s.bits, s.J, luts, passes);
+    sink.block(b, mask, S, Level::Scalar);
+  }
+}
+
+// ---------------------------------------------------------------- AVX2
+// u16 counters of 32 rows in two registers: lo holds rows 0-7 | 16-23, hi rows
+// 8-15 | 24-31 (unpack order); folded into S (u32, row order) with a shift.
+__attribute__((target("avx2"))) inline void quant_fold_avx2(__m256i lo, __m256i hi, int shift, __m256i* S) {
+  const __m128i sh = _mm_cvtsi32_si128(shift);
+  S[0] = _mm256_add_epi32(S[0], _mm256_sll_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(lo)), sh));
+  S[1] = _mm256_add_epi32(S[1], _mm256_sll_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(hi)), sh));
+  S[2] = _mm256_add_epi32(S[2], _mm256_sll_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(lo, 1)), sh));
+  S[3] = _mm256_add_epi32(S[3], _mm256_sll_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(hi, 1)), sh));
+}
+
+template <class Sink>
+__attribute__((target("avx2"))) inline void quant_sums_avx2(const QuantBlocks& s, const uint8_t* luts, int passes,
+                                                            size_t b0, size_t b1, Sink& sink) {
+  const size_t J = s.J;
+  const __m256i nib = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
+  alignas(32) uint32_t S[kQuantBlockRows];
+  for (size_t b = b0; b < b1; ++b) {
+    const uint32_t mask = s.lane_mask(b);
+    if (!mask) continue;
+    const uint8_t* blk = s.data + b * s.block_stride();
+    __m256i acc[4] = {zero, zero, zero, zero};
+    for (int p = 0; p < s.bits; ++p)
+      for (int g = 0; g < passes; ++g) {
+        const uint8_t* t = luts + static_cast<size_t>(g) * J * 32;
+        const uint8_t* src = blk + p * J * kQuantBlockRows;
+        __m256i lo16 = zero, hi16 = zero;
+        // Two bytes per step: each table value is at most 60, so two bytes' lo+hi sums fit a u8 (<= 240).
+        for (size_t j = 0; j < J; j += 2) {
+          const __m256i d0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j * 32));
+          const __m256i d1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j * 32 + 32));
+          const __m256i l0 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32)));
+          const __m256i h0 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32 + 16)));
+          const __m256i l1 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32 + 32)));
+          const __m256i h1 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32 + 48)));
+          __m256i v = _mm256_add_epi8(_mm256_shuffle_epi8(l0, _mm256_and_si256(d0, nib)),
+                                      _mm256_shuffle_epi8(h0, _mm256_and_si256(_mm256_srli_epi16(d0, 4), nib)));
+          v = _mm256_add_epi8(v, _mm256_shuffle_epi8(l1, _mm256_and_si256(d1, nib)));
+          v = _mm256_add_epi8(v, _mm256_shuffle_epi8(h1, _mm256_and_si256(_mm256_srli_epi16(d1, 4), nib)));
+          lo16 = _mm256_add_epi16(lo16, _mm256_unpacklo_epi8(v, zero));
+          hi16 = _mm256_add_epi16(hi16, _mm256_unpackhi_epi8(v, zero));
+        }
+        quant_fold_avx2(lo16, hi16, p + 4 * g, acc);
+      }
+    for (int r = 0; r < 4; ++r) _mm256_store_si256(reinterpret_cast<__m256i*>(S + 8 * r), acc[r]);
+    sink.block(b, mask, S, Level::AVX2);
+  }
+}
+
+// ---------------------------------------------------------------- AVX-512
+// One zmm carries bytes j and j+1 of the 32 rows (contiguous in the layout);
+// its tables are [T_j, T_j, T_j+1, T_j+1] by 128-bit lane. The two halves
+// are added at the end, which gives the AVX2 register order.
+template <class Sink>
+__attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const QuantBlocks& s, const uint8_t* luts,
+                                                                          int passes, size_t b0, size_t b1,
+                                                                          Sink& sink) {
+  const size_t J = s.J;
+  const __m512i nib = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
+  alignas(64) uint32_t S[kQuantBlockRows];
+  for (size_t b = b0; b < b1; ++b) {
+    const uint32_t mask = s.lane_mask(b);
+    if (!mask) continue;
+    const uint8_t* blk = s.data + b * s.block_stride();
+    __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (int p = 0; p < s.bits; ++p)
+      for (int g = 0; g < passes; ++g) {
+        const uint8_t* t = luts + static_cast<size_t>(g) * J * 32;
+        const uint8_t* src = blk + p * J * kQuantBlockRows;
+        __m512i lo16 = zero, hi16 = zero;
+        for (size_t j = 0; j < J; j += 2) {
+          const __m512i d = _mm512_loadu_si512(src + j * 32);
+          const __m512i l = _mm512_mask_blend_epi64(
+              0xF0, _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32))),
+              _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32 + 32))));
+          const __m512i h = _mm512_mask_blend_epi64(
+              0xF0, _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32 + 16))),
+              _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32 + 48))));
+          const __m512i v = _mm512_add_epi8(_mm512_shuffle_epi8(l, _mm512_and_si512(d, nib)),
+                                            _mm512_shuffle_epi8(h, _mm512_and_si512(_mm512_srli_epi16(d, 4), nib)));
+          lo16 = _mm512_add_epi16(lo16, _mm512_unpacklo_epi8(v, zero));
+          hi16 = _mm512_add_epi16(hi16, _mm512_unpackhi_epi8(v, zero));
+        }
+        const __m256i lo = _mm256_add_epi16(_mm512_castsi512_si256(lo16), _mm512_extracti64x4_epi64(lo16, 1));
+        const __m256i hi = _mm256_add_epi16(_mm512_castsi512_si256(hi16), _mm512_extracti64x4_epi64(hi16, 1));
+        quant_fold_avx2(lo, hi, p + 4 * g, acc);
+      }
+    for (int r = 0; r < 4; ++r) _mm256_store_si256(reinterpret_cast<__m256i*>(S + 8 * r), acc[r]);
+    sink.block(b, mask, S, Level::AVX512);
+  }
+}
+
+template <class Sink>
+inline void quant_sums(Level level, const QuantBlocks& s, const uint8_t* luts, int passes, size_t b0, size_t b1,
+                       Sink& sink) {
+  switch (level) {
+    case Level::AVX512: return quant_sums_avx512(s, luts, passes, b0, b1, sink);
+    case Level::AVX2: return quant_sums_avx2(s, luts, passes, b0, b1, sink);
+    default: return quant_sums_scalar(s, luts, passes, b0, b1, sink);
+  }
+}
+
+// ---------------------------------------------------------------- scores of a block
+inline void quant_scores_scalar(const QuantScoreArgs& f, size_t row0, const uint32_t* S, float* est) {
+  for (size_t l = 0; l < kQuantBlockRows; ++l) est[l] = f.e(S[l], f.a[row0 + l], f.su[row0 + l], f.add[row0 + l]);
+}
+
+// The same operations as QuantEstimator, eight rows at a time.
+__attribute__((target("avx2"))) inline void quant_scores_avx2(const QuantScoreArgs& f, size_t row0, const uint32_t* S,
+                                                              float* est) {
+  const __m256 dq = _mm256_set1_ps(f.e.dq), lo = _mm256_set1_ps(f.e.lo), K = _mm256_set1_ps(f.e.K),
+               mq = _mm256_set1_ps(f.e.mq), cq = _mm256_set1_ps(f.e.cq);
+  for (size_t l = 0; l < kQuantBlockRows; l += 8) {
+    // S < 2^31 (checked by the index), so the signed conversion is exact-rounding like the scalar cast.
+    const __m256 s = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(S + l)));
+    const __m256 t1 = _mm256_mul_ps(dq, s);
+    const __m256 t2 = _mm256_mul_ps(lo, _mm256_loadu_ps(f.su + row0 + l));
+    const __m256 t3 = _mm256_sub_ps(_mm256_add_ps(t1, t2), K);
+    const __m256 t4 = _mm256_mul_ps(_mm256_loadu_ps(f.a + row0 + l), t3);
+    _mm256_storeu_ps(est + l, _mm256_add_ps(_mm256_mul_ps(mq, t4), _mm256_add_ps(_mm256_loadu_ps(f.add + row0 + l), cq)));
+  }
+}
+
+inline void quant_scores(Level level, const QuantScoreArgs& f, size_t row0, const uint32_t* S, float* est) {
+  if (level == Level::Scalar) return quant_scores_scalar(f, row0, S, est);
+  return quant_scores_avx2(f, row0, S, est);
+}
+
+}  // namespace vecsift

@@ -1,0 +1,119 @@
+"""Quantised-code kernels against numpy, exactly, at every SIMD level this CPU runs."""
+import numpy as np
+import pytest
+
+import vecsift
+from vecsift import _core
+from tests.conftest import HW_LEVELS, LEVEL_NAMES
+
+
+def unpack_planes(planes, bits, code_dim):
+    """Row-major planes (n, bits*code_dim/8) -> code values u (n, code_dim)."""
+    n = planes.shape[0]
+    p = planes.reshape(n, bits, code_dim // 8)
+    bitsarr = np.unpackbits(p, axis=2, bitorder="little").astype(np.uint32)  # (n, bits, code_dim)
+    return (bitsarr << np.arange(bits, dtype=np.uint32)[None, :, None]).sum(axis=1)
+
+
+def estimate_ref(S, factors, qs):
+    """The estimate, with the same float32 operations in the same order as the core."""
+    f32 = np.float32
+    a, su, add = factors[:, 0], factors[:, 1], factors[:, 2]
+    t1 = f32(qs["dq"]) * S.astype(f32)
+    t2 = f32(qs["lo"]) * su
+    t3 = (t1 + t2) - f32(qs["K"])
+    t4 = a * t3
+    return f32(qs["mq"]) * t4 + (add + f32(qs["cq"]))
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+@pytest.mark.parametrize("qbits", [1, 3, 4, 5, 8])
+@pytest.mark.parametrize("D,n", [(64, 1), (128, 31), (448, 33), (512, 100)])
+def test_plane_sums_equal_numpy(bits, qbits, D, n, rng):
+    u = rng.integers(0, 2**bits, size=(n, D), dtype=np.uint8)
+    qu = rng.integers(0, 2**qbits, size=D, dtype=np.uint8)
+    ref = u.astype(np.int64) @ qu.astype(np.int64)
+    for level in HW_LEVELS:
+        got = _core.quant_plane_sums(u, qu, bits, qbits, level)
+        np.testing.assert_array_equal(got, ref, err_msg=LEVEL_NAMES[level])
+
+
+@pytest.mark.parametrize("bits,qbits", [(8, 8), (1, 4), (4, 8)])
+def test_plane_sums_largest_values_do_not_overflow(bits, qbits):
+    # Every value at its maximum at the largest dimension: the u8 and u16 counters are at their limits.
+    D = 4096
+    u = np.full((40, D), 2**bits - 1, dtype=np.uint8)
+    qu = np.full(D, 2**qbits - 1, dtype=np.uint8)
+    for level in HW_LEVELS:
+        got = _core.quant_plane_sums(u, qu, bits, qbits, level)
+        assert (got == D * (2**bits - 1) * (2**qbits - 1)).all(), LEVEL_NAMES[level]
+
+
+@pytest.mark.parametrize("d", [64, 192])
+def test_rotation_equals_numpy_axpy_and_is_orthogonal(d, rng):
+    ix = vecsift.QuantizedIndex(d, bits=1, code_dim=d)
+    cols = ix._index.rotation()
+    np.testing.assert_allclose(cols @ cols.T, np.eye(d), atol=1e-5)
+    x = rng.standard_normal((5, d)).astype(np.float32)
+    ref = np.zeros_like(x)
+    for i in range(d):  # the core's order of summation: y += x_i * column_i, no fused multiply-add
+        ref = ref + x[:, i:i + 1] * cols[i][None, :]
+    for level in HW_LEVELS:
+        np.testing.assert_array_equal(_core.quant_rotate(cols, x, level), ref, err_msg=LEVEL_NAMES[level])
+
+
+def test_rotation_is_seeded():
+    a = vecsift.QuantizedIndex(64, seed=3)._index.rotation()
+    b = vecsift.QuantizedIndex(64, seed=3)._index.rotation()
+    c = vecsift.QuantizedIndex(64, seed=4)._index.rotation()
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+@pytest.mark.parametrize("bits,qbits,metric", [(1, 4, "cosine"), (2, 5, "ip"), (4, 8, "l2"), (8, 6, "cosine")])
+def test_search_equals_numpy_reference_at_every_level(bits, qbits, metric, rng):
+    dim, n, k = 70, 203, 9
+    x = rng.standard_normal((n, dim)).astype(np.float32)
+    q = rng.standard_normal((4, dim)).astype(np.float32)
+    ix = vecsift.QuantizedIndex(dim, bits=bits, metric=metric, query_bits=qbits)
+    ix.add(x)
+    u = unpack_planes(ix._index.planes(), bits, ix.code_dim)
+    assert u.max() < 2**bits
+    factors = ix._index.factors()
+    results = []
+    for level in HW_LEVELS:
+        ids, scores = ix._index.search(q, k, qbits, None, None, 1, level)
+        results.append((ids, scores))
+        for i in range(len(q)):
+            qs = ix._index.query_state(q[i], qbits, level)
+            S = u.astype(np.int64) @ qs["qu"].astype(np.int64)
+            est = estimate_ref(S, factors, qs)
+            order = np.lexsort((np.arange(n), -est))[:k]
+            np.testing.assert_array_equal(ids[i], order, err_msg=LEVEL_NAMES[level])
+            np.testing.assert_array_equal(scores[i], est[order], err_msg=LEVEL_NAMES[level])
+    for ids, scores in results[1:]:
+        np.testing.assert_array_equal(ids, results[0][0])
+        np.testing.assert_array_equal(scores, results[0][1])
+
+
+def test_codes_are_equal_across_levels(rng):
+    x = rng.standard_normal((100, 300)).astype(np.float32)
+    planes = []
+    for level in HW_LEVELS:
+        ix = vecsift.QuantizedIndex(300, bits=4)
+        ix._index.add(x, 1, level)
+        planes.append((ix._index.planes(), ix._index.factors()))
+    for p, f in planes[1:]:
+        np.testing.assert_array_equal(p, planes[0][0])
+        np.testing.assert_array_equal(f, planes[0][1])
+
+
+def test_one_bit_codes_are_signs_of_the_rotated_centred_vector(rng):
+    x = rng.standard_normal((50, 64)).astype(np.float32)
+    ix = vecsift.QuantizedIndex(64, bits=1, metric="ip", code_dim=64)
+    ix.add(x)
+    c = ix._index.centroid()
+    np.testing.assert_allclose(c, x.mean(axis=0), atol=1e-6)
+    r = (x - c) @ ix._index.rotation()
+    u = unpack_planes(ix._index.planes(), 1, 64)
+    np.testing.assert_array_equal(u, (r > 0).astype(np.uint32))
