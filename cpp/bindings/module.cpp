@@ -7,6 +7,7 @@ void bind_core(py::module_& m);
 void bind_hnsw(py::module_& m);
 void bind_text(py::module_& m);
 void bind_fusion(py::module_& m);
+void bind_partitioned(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "vecsift native core (SIMD kernels, exact and binary scans)";
@@ -14,4 +15,5 @@ PYBIND11_MODULE(_core, m) {
   bind_hnsw(m);
   bind_text(m);
   bind_fusion(m);
+  bind_partitioned(m);
 }
