@@ -104,22 +104,25 @@ def generate(path, n, sigma, real, seed):
     os.replace(tmp, path)
 
 
-def ground_truth(base, queries, k=10, allow=None):
-    """Exact top-k over a memmap in row blocks (the file is read once)."""
-    best_i = np.full((len(queries), k), -1, np.int64)
-    best_s = np.full((len(queries), k), -np.inf, np.float32)
+def ground_truth(base, queries, allows, k=10):
+    """Exact top-k over a memmap in row blocks, unfiltered and for each allow
+    mask, in one pass (the file is read once). Returns [(ids, sims), ...]."""
+    masks = [None] + list(allows)
+    best = [(np.full((len(queries), k), -1, np.int64), np.full((len(queries), k), -np.inf, np.float32))
+            for _ in masks]
     step = 1_000_000
     for s in range(0, base.shape[0], step):
         blk = np.asarray(base[s:s + step])
-        a = None if allow is None else allow[s:s + blk.shape[0]]
-        if a is not None and not a.any():
-            continue
-        i, sc = vecsift.exact_search(blk, queries, k, "ip", allow=a)
-        i = np.where(i >= 0, i + s, -1)
-        ci, cs = np.concatenate([best_i, i], 1), np.concatenate([best_s, sc], 1)
-        o = np.argsort(-cs, axis=1, kind="stable")[:, :k]
-        best_i, best_s = np.take_along_axis(ci, o, 1), np.take_along_axis(cs, o, 1)
-    return best_i, best_s
+        for j, m in enumerate(masks):
+            a = None if m is None else m[s:s + blk.shape[0]]
+            if a is not None and not a.any():
+                continue
+            i, sc = vecsift.exact_search(blk, queries, k, "ip", allow=a)
+            i = np.where(i >= 0, i + s, -1)
+            ci, cs = np.concatenate([best[j][0], i], 1), np.concatenate([best[j][1], sc], 1)
+            o = np.argsort(-cs, axis=1, kind="stable")[:, :k]
+            best[j] = (np.take_along_axis(ci, o, 1), np.take_along_axis(cs, o, 1))
+    return best
 
 
 def quantiles(s):
@@ -222,6 +225,7 @@ def main():
     ap.add_argument("--nlist", type=int, default=None)
     ap.add_argument("--nprobe", type=str, default="16,32,64,128")
     ap.add_argument("--oversample", type=str, default="8,16")
+    ap.add_argument("--refine", type=str, default="1,8")
     ap.add_argument("--latency-queries", type=int, default=300)
     ap.add_argument("--phase", default="all", help="all | data | gt | ivf | faiss (comma list)")
     ap.add_argument("--skip-faiss", action="store_true")
@@ -269,6 +273,8 @@ def main():
     result["data"] = json.loads(meta_path.read_text())
     print("data", result["data"], flush=True)
     base = np.load(base_path, mmap_mode="r")
+    if phases == {"data"}:
+        return
 
     # ---- ground truth (cached), filters
     gt_path = WORK / f"gt_{tag}.npz"
@@ -276,9 +282,8 @@ def main():
     allow = {"1%": rng.random(args.n) < 0.01, "10%": rng.random(args.n) < 0.10}
     if not gt_path.exists():
         t0 = time.perf_counter()
-        gi, gs = ground_truth(base, queries)
-        fi = {name: ground_truth(base, queries, allow=a)[0] for name, a in allow.items()}
-        np.savez(gt_path, ids=gi, sims=gs, f1=fi["1%"], f10=fi["10%"])
+        (gi, gs), (f1, _), (f10, _) = ground_truth(base, queries, [allow["1%"], allow["10%"]])
+        np.savez(gt_path, ids=gi, sims=gs, f1=f1, f10=f10)
         print(f"ground truth {time.perf_counter() - t0:.1f} s", flush=True)
     gt = np.load(gt_path)
     gt_ids, gt_f = gt["ids"], {"1%": gt["f1"], "10%": gt["f10"]}
@@ -293,6 +298,7 @@ def main():
     nlist = args.nlist or vecsift.index.partitioned.default_nlist(args.n)
     nprobes = [int(x) for x in args.nprobe.split(",")]
     oversamples = [int(x) for x in args.oversample.split(",")]
+    refines = [int(x) for x in args.refine.split(",")]
     result["nlist"] = nlist
     lat_q = queries[:args.latency_queries]
 
@@ -318,21 +324,25 @@ def main():
         rows = []
         for npb in nprobes:
             for os_ in oversamples:
-                ids, _, st = index.search(queries, 10, nprobe=npb, oversample=os_, threads=2, return_stats=True)
-                rec = recall_at_k(ids, gt_ids, 10)
-                qps = batch_qps(lambda q: index.search(q, 10, nprobe=npb, oversample=os_, threads=2), queries)
-                p50, p99 = latency(lambda q: index.search(q, 10, nprobe=npb, oversample=os_, threads=1), lat_q)
-                row = {"nprobe": npb, "oversample": os_, "recall": round(rec, 4), "p50_ms": round(p50, 3),
-                       "p99_ms": round(p99, 3), "qps_2t": round(qps), "rows_scanned": st["rows"] // len(queries)}
-                rows.append(row)
-                print("ivf", row, flush=True)
+                for rf in refines:
+                    kw = dict(nprobe=npb, oversample=os_, refine=rf)
+                    ids, _, st = index.search(queries, 10, threads=2, return_stats=True, **kw)
+                    rec = recall_at_k(ids, gt_ids, 10)
+                    qps = batch_qps(lambda q: index.search(q, 10, threads=2, **kw), queries)
+                    p50, p99 = latency(lambda q: index.search(q, 10, threads=1, **kw), lat_q)
+                    row = {**kw, "recall": round(rec, 4), "p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
+                           "qps_2t": round(qps), "rows_scanned": st["rows"] // len(queries)}
+                    rows.append(row)
+                    print("ivf", row, flush=True)
         result["ivf"] = rows
         frows = []
         for name, a in allow.items():
-            for npb in nprobes[:2]:
-                ids, _, st = index.search(queries, 10, nprobe=npb, allow=a, threads=2, return_stats=True)
-                p50, p99 = latency(lambda q: index.search(q, 10, nprobe=npb, allow=a, threads=1), lat_q[:100])
-                row = {"filter": name, "nprobe": npb, "recall": round(recall_at_k(ids, gt_f[name], 10), 4),
+            for npb in nprobes[-2:]:
+                kw = dict(nprobe=npb, oversample=oversamples[-1], refine=refines[-1], allow=a)
+                ids, _, st = index.search(queries, 10, threads=2, return_stats=True, **kw)
+                p50, p99 = latency(lambda q: index.search(q, 10, threads=1, **kw), lat_q[:100])
+                row = {"filter": name, "nprobe": npb, "oversample": oversamples[-1], "refine": refines[-1],
+                       "recall": round(recall_at_k(ids, gt_f[name], 10), 4),
                        "min_rows_returned": int((ids >= 0).sum(1).min()), "p50_ms": round(p50, 3),
                        "p99_ms": round(p99, 3), "exact_path_queries": st["exact"],
                        "lists_probed": st["lists"] / len(queries)}

@@ -76,7 +76,7 @@ class PyIVF {
     searcher_ = std::make_unique<IVFSearcher<SignScorer>>(v_, active_level());
   }
 
-  py::tuple search(const F32Array& queries, long k, long nprobe, long oversample, long min_candidates,
+  py::tuple search(const F32Array& queries, long k, long nprobe, long oversample, long refine, long min_candidates,
                    bool exact_small, const std::optional<U8Array>& allow_mask,
                    const std::optional<I64Array>& allow_ids, long threads) const {
     require_matrix(queries, "queries");
@@ -86,6 +86,7 @@ class PyIVF {
     require(k > 0, "k must be positive");
     require(nprobe > 0, "nprobe must be positive");
     require(oversample > 0, "oversample must be positive");
+    require(refine > 0, "refine must be positive");
     require(min_candidates >= 0, "min_candidates must be >= 0");
     auto allow = allow_arg(allow_mask, allow_ids, v_.nrows);
     const size_t nq = queries.shape(0);
@@ -93,6 +94,7 @@ class PyIVF {
     p.k = static_cast<size_t>(k);
     p.nprobe = static_cast<size_t>(nprobe);
     p.oversample = static_cast<size_t>(oversample);
+    p.refine = static_cast<size_t>(refine);
     p.min_candidates = static_cast<size_t>(min_candidates);
     p.exact_small = exact_small;
     I64Array ids({nq, p.k});
@@ -158,7 +160,7 @@ void bind_partitioned(py::module_& m) {
       .def_property_readonly("dim", &PyIVF::dim)
       .def("__len__", &PyIVF::size)
       .def("search", &PyIVF::search, py::arg("queries"), py::arg("k"), py::arg("nprobe"), py::arg("oversample"),
-           py::arg("min_candidates") = 0, py::arg("exact_small") = true, py::arg("allow_mask") = py::none(),
+           py::arg("refine") = 1, py::arg("min_candidates") = 0, py::arg("exact_small") = true, py::arg("allow_mask") = py::none(),
            py::arg("allow_ids") = py::none(), py::arg("threads") = 0);
   m.def("ivf_assign", &ivf_assign_py, py::arg("centroids"), py::arg("rows"), py::arg("metric"),
         py::arg("threads") = 0);

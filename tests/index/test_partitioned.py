@@ -56,25 +56,32 @@ def test_all_lists_and_all_candidates_is_exact(data):
         np.testing.assert_allclose(scores, gs, rtol=1e-5, atol=1e-4)
 
 
-def test_all_lists_equals_exact_over_codes(data):
+@pytest.mark.parametrize("refine", [1, 3])
+def test_all_lists_equals_exact_over_codes(refine):
     """nprobe = nlist ranks every row by Hamming like a flat code scan: the
-    rescored top-k equals rescoring the flat scan's k*oversample best (queries
-    whose k*oversample-th Hamming distance is not tied, where the candidate
-    set is unique)."""
+    result equals a numpy reference of the cascade (flat Hamming top
+    k*oversample*refine, re-ranked by <q, 2b-1> to k*oversample, rescored),
+    on queries whose cut-off Hamming distance is not tied (there the
+    candidate set is unique)."""
     x, q = clustered(6000, 100, dim=256, centres=100, spread=1.0, seed=5)
     ix = IVFIndex.build(x, nlist=32)
     k, os_ = 10, 2
-    ids, scores = ix.search(q, k, nprobe=ix.nlist, oversample=os_)
+    wide = k * os_ * refine
+    ids, scores = ix.search(q, k, nprobe=ix.nlist, oversample=os_, refine=refine)
     h = hamming_all(x, q)
+    signs = np.unpackbits(vecsift.binary_quantize(x), axis=1, bitorder="little").astype(np.float64) * 2 - 1
     xn = x / np.linalg.norm(x, axis=1, keepdims=True)
     qn = q / np.linalg.norm(q, axis=1, keepdims=True)
     checked = 0
     for i in range(len(q)):
         order = np.argsort(h[i], kind="stable")
-        cut = h[i][order[k * os_ - 1]]
-        if (h[i] <= cut).sum() != k * os_:
+        cut = h[i][order[wide - 1]]
+        if (h[i] <= cut).sum() != wide:
             continue
-        cand = order[:k * os_]
+        cand = order[:wide]
+        if refine > 1:
+            est = signs[cand] @ qn[i].astype(np.float64)
+            cand = cand[np.argsort(-est, kind="stable")[:k * os_]]
         s = xn[cand] @ qn[i]
         ref = cand[np.lexsort((cand, -s))][:k]
         np.testing.assert_array_equal(ids[i], ref)
@@ -178,6 +185,8 @@ def test_bad_input(data):
         ix.search(q, 10, nprobe=0)
     with pytest.raises(ValueError, match="oversample"):
         ix.search(q, 10, oversample=-1)
+    with pytest.raises(ValueError, match="refine"):
+        ix.search(q, 10, refine=0)
     with pytest.raises(ValueError, match="min_candidates"):
         ix.search(q, 10, min_candidates=-3)
     with pytest.raises(ValueError, match="allow"):

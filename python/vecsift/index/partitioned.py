@@ -3,7 +3,9 @@ candidates rescored exactly from float32 rows (C++ core: index/partitioned.hpp).
 
 A query ranks the lists by centroid similarity, scans the codes of the first
 ``nprobe`` of them (the allow set applied inside each list), keeps the
-``k * oversample`` best by the code scorer, and rescores those exactly.
+``k * oversample * refine`` best by Hamming distance, re-ranks those by the
+asymmetric estimate <q, sign bits> (one table lookup a code byte) down to
+``k * oversample``, and rescores those exactly from the float32 rows.
 
 Filters keep recall: when the probed lists hold fewer than ``k * oversample``
 allowed rows, probing continues in centroid order until they do (or every
@@ -126,12 +128,13 @@ class IVFIndex:
     """
 
     def __init__(self, dim: int, nlist: int | None = None, metric: str = "cosine", *, nprobe: int = 32,
-                 oversample: int = 16, scorer: str = "sign", seed: int = 0):
+                 oversample: int = 16, refine: int = 8, scorer: str = "sign", seed: int = 0):
         self._dim = _positive_int(dim, "dim")
         self._nlist = None if nlist is None else _positive_int(nlist, "nlist")
         self._metric = check_metric(metric)
         self.nprobe = _positive_int(nprobe, "nprobe")
         self.oversample = _positive_int(oversample, "oversample")
+        self.refine = _positive_int(refine, "refine")
         if scorer not in SCORERS:
             raise ValueError(f"scorer must be one of {SCORERS}, got {scorer!r}")
         self._scorer = scorer
@@ -276,13 +279,15 @@ class IVFIndex:
 
     # ------------------------------------------------------------ search
     def search(self, queries, k: int = 10, nprobe: int | None = None, oversample: int | None = None,
-               allow=None, threads: int = 0, min_candidates: int = 0, exact_small: bool = True,
-               return_stats: bool = False):
+               allow=None, threads: int = 0, refine: int | None = None, min_candidates: int = 0,
+               exact_small: bool = True, return_stats: bool = False):
         """Returns (ids int64 (n, k), scores float32 (n, k)), best first.
 
-        nprobe lists are probed (more when a filter leaves fewer than
-        max(min_candidates, k * oversample) allowed rows in them); the best
-        k * oversample by code score are rescored exactly. ``allow``: roaring
+        nprobe lists are probed (more when a filter leaves too few allowed
+        rows in them, see the module docstring; ``min_candidates`` sets that
+        floor). The best k * oversample * refine by Hamming distance are
+        re-ranked by the asymmetric estimate (float query against the sign
+        bits) and the best k * oversample of those rescored exactly. ``allow``: roaring
         bitmap, bool mask of len(self), or row ids. Missing results (fewer
         than k allowed rows) are id -1, score -inf. ``return_stats`` adds a
         dict of lists / rows probed and exact-path queries.
@@ -291,6 +296,7 @@ class IVFIndex:
         threads = check_threads(threads)
         nprobe = self.nprobe if nprobe is None else _positive_int(nprobe, "nprobe")
         oversample = self.oversample if oversample is None else _positive_int(oversample, "oversample")
+        refine = self.refine if refine is None else _positive_int(refine, "refine")
         if isinstance(min_candidates, bool) or not isinstance(min_candidates, (int, np.integer)) \
                 or min_candidates < 0:
             raise ValueError(f"min_candidates must be a non-negative integer, got {min_candidates!r}")
@@ -306,8 +312,8 @@ class IVFIndex:
             nrm[nrm == 0] = 1.0
             q = np.ascontiguousarray(q / nrm, dtype=np.float32)
         mask, aids = allow_arrays(allow, len(self))
-        ids, scores, stats = self._core.search(q, k, nprobe, oversample, int(min_candidates), bool(exact_small),
-                                               mask, aids, threads)
+        ids, scores, stats = self._core.search(q, k, nprobe, oversample, refine, int(min_candidates),
+                                               bool(exact_small), mask, aids, threads)
         return (ids, scores, stats) if return_stats else (ids, scores)
 
     # ------------------------------------------------------------ persistence
@@ -320,6 +326,7 @@ class IVFIndex:
         self._need_trained()
         meta = {"kind": "ivf", "dim": self._dim, "metric": self._metric, "scorer": self._scorer,
                 "nlist": self.nlist, "n": len(self), "nprobe": self.nprobe, "oversample": self.oversample,
+                "refine": self.refine,
                 "seed": self._seed, "has_vectors": bool(include_vectors)}
         sections = {"centroids": self._centroids}
         if self._layout is not None:
@@ -342,7 +349,8 @@ class IVFIndex:
         meta, arr = partitioned_io.read(path, verify=verify)
         try:
             index = cls(meta["dim"], meta["nlist"], meta["metric"], nprobe=meta["nprobe"],
-                        oversample=meta["oversample"], scorer=meta["scorer"], seed=meta["seed"])
+                        oversample=meta["oversample"], refine=meta.get("refine", 1), scorer=meta["scorer"],
+                        seed=meta["seed"])
             n, nlist = int(meta["n"]), int(meta["nlist"])
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptIndexError(f"{path}: header fields are invalid ({exc})") from None

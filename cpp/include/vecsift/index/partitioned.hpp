@@ -57,6 +57,8 @@ struct IVFParams {
   size_t k = 10;
   size_t nprobe = 16;
   size_t oversample = 8;       // candidates rescored = k * oversample
+  size_t refine = 1;           // code-stage candidates = k * oversample * refine, cut to k * oversample
+                               // by the asymmetric estimate (float query x sign bits) before rescoring
   size_t min_candidates = 0;   // allowed rows the probed lists must hold; 0 = automatic (see one())
   bool exact_small = true;     // small allow sets: exact scan of the allowed rows
 };
@@ -88,6 +90,49 @@ struct SignScorer {
   void scan(const Query& s, const BlockScan& bs, size_t b0, size_t b1, TopK<Key>& top) const {
     kernel(bs, s.words.data(), b0, b1, top);
   }
+};
+
+// Asymmetric estimate <q, 2b - 1> of a float query against a row's sign bits,
+// through one 256-entry table per code byte: t[j][v] = sum of 2 q[8j + i] over
+// the set bits i of v, so the estimate is sum_j t[j][byte j] - sum(q). It
+// ranks far better than Hamming distance (the query keeps its magnitudes) at
+// one table lookup a byte, so it re-ranks the Hamming candidates before the
+// float32 rows are read.
+class AsymTable {
+ public:
+  void build(const float* q, size_t dim) {
+    nbytes_ = code_bytes_for_dim(dim);
+    t_.resize(nbytes_ * 256);
+    double sum = 0;
+    for (size_t i = 0; i < dim; ++i) sum += q[i];
+    bias_ = static_cast<float>(sum);
+    for (size_t j = 0; j < nbytes_; ++j) {
+      float* t = t_.data() + j * 256;
+      t[0] = 0.0f;
+      for (unsigned v = 1; v < 256; ++v) {
+        unsigned low = static_cast<unsigned>(__builtin_ctz(v));
+        size_t i = 8 * j + low;
+        t[v] = t[v & (v - 1)] + (i < dim ? 2.0f * q[i] : 0.0f);
+      }
+    }
+  }
+  // Estimate for slot s of the blocked layout (binary.hpp).
+  float score(const uint64_t* codes, size_t words, size_t s) const {
+    const uint64_t* blk = codes + (s / kBlockRows) * words * kBlockRows + s % kBlockRows;
+    float acc = 0.0f;
+    const float* t = t_.data();
+    for (size_t k = 0; k < words; ++k) {
+      uint64_t w = blk[k * kBlockRows];
+      const size_t end = std::min<size_t>(8, nbytes_ - 8 * k);
+      for (size_t b = 0; b < end; ++b, t += 256) acc += t[(w >> (8 * b)) & 0xFFu];
+    }
+    return acc - bias_;
+  }
+
+ private:
+  std::vector<float> t_;
+  size_t nbytes_ = 0;
+  float bias_ = 0.0f;
 };
 
 // Exact similarity of a query with row r (higher is better).
@@ -144,6 +189,7 @@ class IVFSearcher {
     std::unique_ptr<uint8_t[]> lanes;  // allow byte per block, written only for probed lists
     size_t lanes_size = 0;
     typename Scorer::Query query;
+    AsymTable asym;
   };
 
   // Allowed lanes of the blocks of list l; returns how many rows are allowed.
@@ -196,7 +242,8 @@ class IVFSearcher {
 
   void one(const float* q, const IVFParams& p, const AllowSet* allow, Scratch& sc, int64_t* ids, float* scores,
            IVFStats& st) const {
-    const size_t ncand = std::max<size_t>(p.k, p.k * p.oversample);
+    const size_t nfinal = std::max<size_t>(p.k, p.k * p.oversample);
+    const size_t ncand = nfinal * std::max<size_t>(1, p.refine);
     // Allowed rows the probe must see. Filtered, the allowed top-k lie as far
     // out as the overall top-k / selectivity, so by default probing goes on
     // until the lists seen hold as many allowed rows as nprobe lists hold rows.
@@ -255,9 +302,19 @@ class IVFSearcher {
                    allow ? sc.lanes.get() : nullptr};
       scorer_.scan(sc.query, bs, b0, b1, top);
     }
+    auto cand = top.sorted();
+    if (cand.size() > nfinal) {
+      // Re-rank the code-stage candidates by the asymmetric estimate; keep nfinal.
+      sc.asym.build(q, v_.dim);
+      TopK<float> mid(nfinal);
+      for (const auto& c : cand) mid.push(-sc.asym.score(v_.codes, v_.words, static_cast<size_t>(c.id)), c.id);
+      auto kept = mid.sorted();
+      cand.clear();
+      for (const auto& c : kept) cand.push_back({0, c.id});
+    }
     // Rescore the candidates exactly from the float32 rows.
     TopK<float> fin(p.k);
-    for (const auto& c : top.sorted()) {
+    for (const auto& c : cand) {
       int64_t r = v_.slot_row[c.id];
       fin.push(-ivf_exact_score(v_, q, r, ip_, l2_), r);
     }
