@@ -227,6 +227,8 @@ def main():
     ap.add_argument("--oversample", type=str, default="8,16")
     ap.add_argument("--refine", type=str, default="1,8")
     ap.add_argument("--latency-queries", type=int, default=300)
+    ap.add_argument("--qps-queries", type=int, default=1000, help="queries in each batch-QPS call")
+    ap.add_argument("--faiss-oversample", type=str, default=None, help="default: none + --oversample")
     ap.add_argument("--phase", default="all", help="all | data | gt | ivf | faiss (comma list)")
     ap.add_argument("--skip-faiss", action="store_true")
     ap.add_argument("--skip-readers", action="store_true")
@@ -301,6 +303,7 @@ def main():
     refines = [int(x) for x in args.refine.split(",")]
     result["nlist"] = nlist
     lat_q = queries[:args.latency_queries]
+    qps_q = queries[:args.qps_queries]
 
     # ---- vecsift IVF
     if run_all or "ivf" in phases:
@@ -328,7 +331,7 @@ def main():
                     kw = dict(nprobe=npb, oversample=os_, refine=rf)
                     ids, _, st = index.search(queries, 10, threads=2, return_stats=True, **kw)
                     rec = recall_at_k(ids, gt_ids, 10)
-                    qps = batch_qps(lambda q: index.search(q, 10, threads=2, **kw), queries)
+                    qps = batch_qps(lambda q: index.search(q, 10, threads=2, **kw), qps_q)
                     p50, p99 = latency(lambda q: index.search(q, 10, threads=1, **kw), lat_q)
                     row = {**kw, "recall": round(rec, 4), "p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
                            "qps_2t": round(qps), "rows_scanned": st["rows"] // len(queries)}
@@ -379,7 +382,8 @@ def main():
         print(f"faiss build {result['faiss_build_s']:.1f} s", flush=True)
         rows = []
         for npb in nprobes:
-            for os_ in [1] + oversamples:
+            for os_ in ([1] + oversamples if args.faiss_oversample is None
+                        else [int(x) for x in args.faiss_oversample.split(",")]):
                 p = faiss.IVFRaBitQSearchParameters()
                 p.nprobe = npb
                 p.qb = 8
@@ -392,7 +396,7 @@ def main():
                     return c if os_ == 1 else rescore(base, q, c)
                 ids = fsearch(queries, 2)
                 rec = recall_at_k(ids, gt_ids, 10)
-                qps = batch_qps(lambda q: fsearch(q, 2), queries)
+                qps = batch_qps(lambda q: fsearch(q, 2), qps_q)
                 p50, p99 = latency(lambda q: fsearch(q, 1), lat_q)
                 row = {"nprobe": npb, "oversample": os_ if os_ > 1 else "none", "recall": round(rec, 4),
                        "p50_ms": round(p50, 3), "p99_ms": round(p99, 3), "qps_2t": round(qps)}
