@@ -60,6 +60,20 @@ def _readable_copy() -> str:
     return os.path.join(root, "pgserver", "pginstall", "bin")
 
 
+def _unprivileged_user(name=None):
+    """The account to run postgres as when we are root: `name`, else nobody, else one made with useradd."""
+    for candidate in ([name] if name else ["nobody", "vecsift-pg"]):
+        try:
+            return pwd.getpwnam(candidate)
+        except KeyError:
+            pass
+    if name:
+        raise RuntimeError(f"user {name!r} does not exist")
+    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "vecsift-pg"],
+                   check=True, capture_output=True)
+    return pwd.getpwnam("vecsift-pg")
+
+
 class LocalPostgres:
     """Starts a private PostgreSQL on a unix socket in a fresh data directory; stop() removes it."""
 
@@ -79,7 +93,7 @@ class LocalPostgres:
         os.chmod(self.dir, 0o755)
         self._as = {}
         if os.geteuid() == 0:  # postgres refuses to run as root
-            pw = pwd.getpwnam(self.user or "nobody")
+            pw = _unprivileged_user(self.user)
             os.chown(self.dir, pw.pw_uid, pw.pw_gid)
             self._as = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": [],
                         "env": {"PATH": "/usr/bin:/bin", "HOME": self.dir, "LANG": "C"}}

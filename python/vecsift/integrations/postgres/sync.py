@@ -15,6 +15,7 @@ collection as it was, and the next run redoes the same work.
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -45,6 +46,8 @@ def sync_pg(dsn, out, *, updated=None, deleted=None, remove_missing: bool = True
     updated / deleted: column names (remembered from the import or a previous sync when omitted).
     remove_missing: delete chunks whose id is no longer in the table (the anti-join)."""
     t0 = time.perf_counter()
+    if not os.path.exists(os.path.join(os.fspath(out), "MANIFEST")):
+        raise PgImportError(f"{out} holds no collection (run import-pg first)")
     coll = vecsift.open(out)
     try:
         state = read_state(coll)
