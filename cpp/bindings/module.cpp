@@ -8,6 +8,7 @@ void bind_hnsw(py::module_& m);
 void bind_text(py::module_& m);
 void bind_fusion(py::module_& m);
 void bind_quant(py::module_& m);
+void bind_partitioned(py::module_& m);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "vecsift native core (SIMD kernels, exact and binary scans)";
@@ -16,4 +17,5 @@ PYBIND11_MODULE(_core, m) {
   bind_text(m);
   bind_fusion(m);
   bind_quant(m);
+  bind_partitioned(m);
 }

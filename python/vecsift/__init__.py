@@ -3,7 +3,7 @@
 Layers (see docs/architecture.md):
 
     _core         the C++ extension (kernels, indexes, file formats); knows nothing of Python objects
-    index/        standalone indexes: exact_search, BinaryIndex, HNSWIndex
+    index/        standalone indexes: exact_search, BinaryIndex, HNSWIndex, IVFIndex
     text/         tokeniser, BM25Index, rrf fusion
     storage/      framing and checksums, append-only row files, the manifest, the writer lock
     collection/   the Collection facade, snapshot, search cascade, commits, filters, ingest, hits
@@ -27,6 +27,7 @@ from vecsift.index.flat import exact_search
 from vecsift.text.fusion import rrf
 from vecsift.index.hnsw import HNSWIndex
 from vecsift.index.quantised import QuantizedIndex
+from vecsift.index.partitioned import IVFIndex
 
 __version__ = "0.1.0"
 
@@ -39,6 +40,7 @@ __all__ = [
     "CorruptIndexError",
     "HNSWIndex",
     "QuantizedIndex",
+    "IVFIndex",
     "VecsiftError",
     "binary_quantize",
     "cpu_features",

@@ -1,0 +1,411 @@
+"""Scale benchmark of the partitioned index (issue 12): vecsift IVFIndex next to
+faiss IndexIVFRaBitQ on N x 384 rows generated around real MiniLM embeddings.
+
+    flock /tmp/vecsift-bench.lock python bench/bench_scale.py --n 1000000
+    flock /tmp/vecsift-bench.lock python bench/bench_scale.py --n 10000000 --phase data   # then gt, ivf, faiss
+
+Data: row i = normalise(real[s_i] + sigma * g_i / sqrt(384)), s_i uniform over
+the 100k real base rows of ../shared/data/pypi-minilm, g_i standard normal,
+seeded per block; written to /tmp/vecsift-scale/ in blocks and memory-mapped
+(never held twice). sigma is chosen so that the 1,000 real queries' top-10
+similarities on the generated set match their distribution on the real set
+(calibrated on each query's 300 nearest real rows and their expected number of
+copies; both distributions are printed from the exact ground truth).
+
+Measured: build (train + add + save) time; bytes per vector on disk and
+resident after open (anonymous and file, from /proc/self/smaps_rollup in a
+fresh reader process); recall@10 vs exact (ground truth by exact_search in row
+blocks, cached) for nprobe x oversample; single-thread one-query p50/p99;
+2-thread batch QPS; filtered 1% / 10% (recall vs exact over allowed rows, rows
+returned); faiss IndexIVFRaBitQ with the same nlist, nprobe and bits (1 bit
+codes, 8-bit queries) with candidates rescored exactly from the same memmap
+(numpy) and without; 4 reader processes' total PSS against one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import vecsift
+from vecsift.eval import recall_at_k
+
+REAL = Path(os.environ.get("VECSIFT_MINILM", "/work/shared/data/pypi-minilm/vectors.f16.npy"))
+WORK = Path(os.environ.get("VECSIFT_SCALE_DIR", "/tmp/vecsift-scale"))
+DIM = 384
+BLOCK = 250_000
+
+
+# ---------------------------------------------------------------- data
+def load_real():
+    v = np.load(REAL).astype(np.float32)
+    return np.ascontiguousarray(v[:100_000]), np.ascontiguousarray(v[100_000:101_000])
+
+
+def noisy(seeds_rows, sigma, rng):
+    x = seeds_rows + (sigma / np.sqrt(DIM)) * rng.standard_normal(seeds_rows.shape, dtype=np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x
+
+
+def calibrate_sigma(real, queries, n, nq=200, near=200, seed=1):
+    """sigma whose generated top-10 similarities match the real ones (mean over ranks and queries).
+
+    Each query's near real rows get Poisson(n / 100k) noisy copies; the noise
+    is drawn once and sigma found by bisection on closed forms of the copies'
+    similarities (common random numbers keep the search monotone).
+    """
+    ids, sims = vecsift.exact_search(real, queries[:nq], near, "cosine")
+    target = float(sims[:, :10].mean())
+    copies = n / real.shape[0]
+    r = np.random.default_rng(seed)
+    parts = []
+    for qi in range(nq):
+        rows = np.repeat(real[ids[qi]], r.poisson(copies, size=near), axis=0)
+        g = r.standard_normal(rows.shape, dtype=np.float32) / np.sqrt(DIM)
+        q = queries[qi]
+        parts.append((rows @ q, g @ q, np.einsum("ij,ij->i", rows, rows), np.einsum("ij,ij->i", rows, g),
+                      np.einsum("ij,ij->i", g, g)))
+
+    def gen_top10(sigma):
+        out = []
+        for rq, gq, rr, rg, gg in parts:
+            s = (rq + sigma * gq) / np.sqrt(rr + 2 * sigma * rg + sigma * sigma * gg)
+            if s.size >= 10:
+                out.append(np.partition(s, s.size - 10)[-10:].mean())
+        return float(np.mean(out))
+
+    lo, hi = 0.0, 4.0
+    for _ in range(20):
+        mid = 0.5 * (lo + hi)
+        if gen_top10(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi), target
+
+
+def generate(path, n, sigma, real, seed):
+    tmp = path.with_suffix(".part")
+    mm = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, DIM))
+    for b, s in enumerate(range(0, n, BLOCK)):
+        rng = np.random.default_rng([seed, b])
+        m = min(BLOCK, n - s)
+        mm[s:s + m] = noisy(real[rng.integers(0, real.shape[0], m)], sigma, rng)
+    mm.flush()
+    del mm
+    os.replace(tmp, path)
+
+
+def ground_truth(base, queries, allows, k=10):
+    """Exact top-k over a memmap in row blocks, unfiltered and for each allow
+    mask, in one pass (the file is read once). Returns [(ids, sims), ...]."""
+    masks = [None] + list(allows)
+    best = [(np.full((len(queries), k), -1, np.int64), np.full((len(queries), k), -np.inf, np.float32))
+            for _ in masks]
+    step = 1_000_000
+    for s in range(0, base.shape[0], step):
+        blk = np.asarray(base[s:s + step])
+        for j, m in enumerate(masks):
+            a = None if m is None else m[s:s + blk.shape[0]]
+            if a is not None and not a.any():
+                continue
+            i, sc = vecsift.exact_search(blk, queries, k, "ip", allow=a)
+            i = np.where(i >= 0, i + s, -1)
+            ci, cs = np.concatenate([best[j][0], i], 1), np.concatenate([best[j][1], sc], 1)
+            o = np.argsort(-cs, axis=1, kind="stable")[:, :k]
+            best[j] = (np.take_along_axis(ci, o, 1), np.take_along_axis(cs, o, 1))
+    return best
+
+
+def quantiles(s):
+    return {f"p{p}": round(float(np.percentile(s, p)), 4) for p in (10, 50, 90)} | {"mean": round(float(s.mean()), 4)}
+
+
+# ---------------------------------------------------------------- memory
+def smaps_rollup(pid="self"):
+    out = {}
+    for line in open(f"/proc/{pid}/smaps_rollup"):
+        parts = line.split()
+        if len(parts) >= 3 and parts[-1] == "kB":
+            out[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    return out
+
+
+def mapping_pss(path, pid="self"):
+    """PSS and RSS of one file's mappings in a process."""
+    pss = rss = 0
+    inside = False
+    for line in open(f"/proc/{pid}/smaps"):
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:
+            inside = len(head) >= 6 and head[5] == str(path)
+        elif inside and head and head[0] == "Pss:":
+            pss += int(head[1]) * 1024
+        elif inside and head and head[0] == "Rss:":
+            rss += int(head[1]) * 1024
+    return pss, rss
+
+
+def reader_main(args):
+    """A reader process: open, search, report memory, wait for stdin to close."""
+    base = np.load(args.base, mmap_mode="r")
+    before = smaps_rollup()
+    index = vecsift.IVFIndex.open(args.index, vectors=base)
+    q = np.load(args.queries)
+    index.search(q, 10, nprobe=args.nprobe, oversample=args.oversample, threads=1)
+    after = smaps_rollup()
+    ipss, irss = mapping_pss(args.index)
+    print(json.dumps({"anon_delta": after["Anonymous"] - before["Anonymous"], "anon": after["Anonymous"],
+                      "pss": after["Pss"], "rss": after["Rss"], "index_pss": ipss, "index_rss": irss}), flush=True)
+    sys.stdin.read()
+
+
+def readers(n_readers, index_path, base_path, q_path, nprobe, oversample):
+    cmd = [sys.executable, __file__, "--reader", "--index", str(index_path), "--base", str(base_path),
+           "--queries", str(q_path), "--nprobe", str(nprobe), "--oversample", str(oversample)]
+    procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(n_readers)]
+    first = [json.loads(p.stdout.readline()) for p in procs]
+    # Re-read PSS once all are up: shared pages are divided among the readers now.
+    now = []
+    for p in procs:
+        r = smaps_rollup(p.pid)
+        ipss, _ = mapping_pss(index_path, p.pid)
+        now.append({"pss": r["Pss"], "index_pss": ipss, "anon": r["Anonymous"]})
+    for p in procs:
+        p.stdin.close()
+        p.wait()
+    return first, now
+
+
+# ---------------------------------------------------------------- timing
+def latency(fn, queries):
+    t = []
+    for q in queries[:20]:
+        fn(q)
+    for q in queries:
+        t0 = time.perf_counter()
+        fn(q)
+        t.append(time.perf_counter() - t0)
+    t = np.array(t) * 1e3
+    return float(np.percentile(t, 50)), float(np.percentile(t, 99))
+
+
+def batch_qps(fn, queries, reps=3):
+    fn(queries[:50])
+    best = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn(queries)
+        best.append(time.perf_counter() - t0)
+    return len(queries) / float(np.median(best))
+
+
+def rescore(base, q, cand, k=10):
+    """Exact top-k of candidate ids (numpy gather + dot), for faiss's candidates."""
+    cand = np.where(cand >= 0, cand, 0)
+    s = np.einsum("qd,qkd->qk", q, np.asarray(base[cand.reshape(-1)]).reshape(cand.shape[0], cand.shape[1], -1))
+    o = np.argsort(-s, axis=1)[:, :k]
+    return np.take_along_axis(cand, o, 1)
+
+
+# ---------------------------------------------------------------- main
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sigma", type=float, default=None)
+    ap.add_argument("--nlist", type=int, default=None)
+    ap.add_argument("--nprobe", type=str, default="16,32,64,128")
+    ap.add_argument("--oversample", type=str, default="8,16")
+    ap.add_argument("--refine", type=str, default="1,8")
+    ap.add_argument("--latency-queries", type=int, default=300)
+    ap.add_argument("--qps-queries", type=int, default=1000, help="queries in each batch-QPS call")
+    ap.add_argument("--faiss-oversample", type=str, default=None, help="default: none + --oversample")
+    ap.add_argument("--phase", default="all", help="all | data | gt | ivf | faiss (comma list)")
+    ap.add_argument("--skip-faiss", action="store_true")
+    ap.add_argument("--skip-readers", action="store_true")
+    ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--out", default="bench/results")
+    # reader mode (internal)
+    ap.add_argument("--reader", action="store_true")
+    ap.add_argument("--index")
+    ap.add_argument("--base")
+    ap.add_argument("--queries")
+    args = ap.parse_args()
+    if args.reader:
+        args.nprobe, args.oversample = int(args.nprobe), int(args.oversample)
+        return reader_main(args)
+
+    phases = set(args.phase.split(","))
+    run_all = "all" in phases
+    WORK.mkdir(parents=True, exist_ok=True)
+    tag = f"{args.n}_{args.seed}"
+    result = {"machine": f"{platform.processor() or platform.machine()} x{os.cpu_count()}",
+              "cpu": vecsift.cpu_features()["level"], "n": args.n}
+    out_path = Path(args.out) / f"bench_scale_{args.n}.json"
+    if out_path.exists():
+        result = json.loads(out_path.read_text()) | result
+
+    def save():
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(result, indent=1))
+
+    real, queries = load_real()
+    q_path = WORK / "queries.npy"
+    np.save(q_path, queries)
+    base_path = WORK / f"base_{tag}.npy"
+    meta_path = WORK / f"base_{tag}.json"
+
+    # ---- data
+    if not base_path.exists():
+        t0 = time.perf_counter()
+        sigma, target = calibrate_sigma(real, queries, args.n) if args.sigma is None else (args.sigma, None)
+        t1 = time.perf_counter()
+        generate(base_path, args.n, sigma, real, args.seed)
+        meta_path.write_text(json.dumps({"sigma": sigma, "target_top10_mean": target,
+                                         "calibrate_s": t1 - t0, "generate_s": time.perf_counter() - t1}))
+    result["data"] = json.loads(meta_path.read_text())
+    print("data", result["data"], flush=True)
+    base = np.load(base_path, mmap_mode="r")
+    if phases == {"data"}:
+        return
+
+    # ---- ground truth (cached), filters
+    gt_path = WORK / f"gt_{tag}.npz"
+    rng = np.random.default_rng(12)
+    allow = {"1%": rng.random(args.n) < 0.01, "10%": rng.random(args.n) < 0.10}
+    if not gt_path.exists():
+        t0 = time.perf_counter()
+        (gi, gs), (f1, _), (f10, _) = ground_truth(base, queries, [allow["1%"], allow["10%"]])
+        np.savez(gt_path, ids=gi, sims=gs, f1=f1, f10=f10)
+        print(f"ground truth {time.perf_counter() - t0:.1f} s", flush=True)
+    gt = np.load(gt_path)
+    gt_ids, gt_f = gt["ids"], {"1%": gt["f1"], "10%": gt["f10"]}
+    real_ids, real_sims = vecsift.exact_search(real, queries, 10, "cosine")
+    result["top10_similarity"] = {"real_100k": quantiles(real_sims), "generated": quantiles(gt["sims"]),
+                                  "real_top1": quantiles(real_sims[:, 0]), "generated_top1": quantiles(gt["sims"][:, 0])}
+    print("top-10 similarity", result["top10_similarity"], flush=True)
+    save()
+    if phases <= {"data", "gt"}:
+        return
+
+    nlist = args.nlist or vecsift.index.partitioned.default_nlist(args.n)
+    nprobes = [int(x) for x in args.nprobe.split(",")]
+    oversamples = [int(x) for x in args.oversample.split(",")]
+    refines = [int(x) for x in args.refine.split(",")]
+    result["nlist"] = nlist
+    lat_q = queries[:args.latency_queries]
+    qps_q = queries[:args.qps_queries]
+
+    # ---- vecsift IVF
+    if run_all or "ivf" in phases:
+        index_path = WORK / f"ivf_{tag}_{nlist}.ivf"
+        if args.rebuild or not index_path.exists():
+            t0 = time.perf_counter()
+            ix = vecsift.IVFIndex(DIM, nlist, "ip")
+            ix.train(base)
+            t1 = time.perf_counter()
+            ix.add(base)
+            t2 = time.perf_counter()
+            ix.save(index_path, include_vectors=False)
+            t3 = time.perf_counter()
+            result["ivf_build"] = {"train_s": t1 - t0, "add_s": t2 - t1, "save_s": t3 - t2, "total_s": t3 - t0,
+                                   "balance": ix.balance()}
+            del ix
+            print("build", result["ivf_build"], flush=True)
+        index = vecsift.IVFIndex.open(index_path, vectors=base)
+        result["ivf_disk_bytes_per_vector"] = os.path.getsize(index_path) / args.n
+        result["ivf_balance"] = index.balance()
+        rows = []
+        for npb in nprobes:
+            for os_ in oversamples:
+                for rf in refines:
+                    kw = dict(nprobe=npb, oversample=os_, refine=rf)
+                    ids, _, st = index.search(queries, 10, threads=2, return_stats=True, **kw)
+                    rec = recall_at_k(ids, gt_ids, 10)
+                    qps = batch_qps(lambda q: index.search(q, 10, threads=2, **kw), qps_q)
+                    p50, p99 = latency(lambda q: index.search(q, 10, threads=1, **kw), lat_q)
+                    row = {**kw, "recall": round(rec, 4), "p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
+                           "qps_2t": round(qps), "rows_scanned": st["rows"] // len(queries)}
+                    rows.append(row)
+                    print("ivf", row, flush=True)
+        result["ivf"] = rows
+        frows = []
+        for name, a in allow.items():
+            for npb in nprobes[-2:]:
+                kw = dict(nprobe=npb, oversample=oversamples[-1], refine=refines[-1], allow=a)
+                ids, _, st = index.search(queries, 10, threads=2, return_stats=True, **kw)
+                p50, p99 = latency(lambda q: index.search(q, 10, threads=1, **kw), lat_q[:100])
+                row = {"filter": name, "nprobe": npb, "oversample": oversamples[-1], "refine": refines[-1],
+                       "recall": round(recall_at_k(ids, gt_f[name], 10), 4),
+                       "min_rows_returned": int((ids >= 0).sum(1).min()), "p50_ms": round(p50, 3),
+                       "p99_ms": round(p99, 3), "exact_path_queries": st["exact"],
+                       "lists_probed": st["lists"] / len(queries)}
+                frows.append(row)
+                print("ivf filtered", row, flush=True)
+        result["ivf_filtered"] = frows
+        save()
+        del index
+        if not args.skip_readers:
+            npb, os_ = nprobes[-1], oversamples[-1]
+            one_first, one_now = readers(1, index_path, base_path, q_path, npb, os_)
+            four_first, four_now = readers(4, index_path, base_path, q_path, npb, os_)
+            result["memory"] = {
+                "anon_bytes_per_vector_after_open": one_first[0]["anon_delta"] / args.n,
+                "index_file_rss_bytes_per_vector": one_first[0]["index_rss"] / args.n,
+                "one_reader": one_now[0], "four_readers": four_now,
+                "pss_ratio_4_vs_1": sum(r["pss"] for r in four_now) / one_now[0]["pss"],
+                "index_pss_ratio_4_vs_1": sum(r["index_pss"] for r in four_now) / max(1, one_now[0]["index_pss"]),
+            }
+            print("memory", result["memory"], flush=True)
+            save()
+
+    # ---- faiss IndexIVFRaBitQ, same nlist / nprobe / bits
+    if not args.skip_faiss and (run_all or "faiss" in phases):
+        import faiss
+        t0 = time.perf_counter()
+        quant = faiss.IndexFlatIP(DIM)
+        fx = faiss.IndexIVFRaBitQ(quant, DIM, nlist, faiss.METRIC_INNER_PRODUCT, True, 1)
+        sample = np.random.default_rng(0).choice(args.n, size=min(args.n, nlist * 64), replace=False)
+        fx.train(np.ascontiguousarray(base[np.sort(sample)]))
+        for s in range(0, args.n, BLOCK):
+            fx.add(np.ascontiguousarray(base[s:s + BLOCK]))
+        result["faiss_build_s"] = time.perf_counter() - t0
+        print(f"faiss build {result['faiss_build_s']:.1f} s", flush=True)
+        rows = []
+        for npb in nprobes:
+            for os_ in ([1] + oversamples if args.faiss_oversample is None
+                        else [int(x) for x in args.faiss_oversample.split(",")]):
+                p = faiss.IVFRaBitQSearchParameters()
+                p.nprobe = npb
+                p.qb = 8
+                kk = 10 * os_
+
+                def fsearch(q, threads):
+                    faiss.omp_set_num_threads(threads)
+                    q = q.reshape(-1, DIM)
+                    _, c = fx.search(q, kk, params=p)
+                    return c if os_ == 1 else rescore(base, q, c)
+                ids = fsearch(queries, 2)
+                rec = recall_at_k(ids, gt_ids, 10)
+                qps = batch_qps(lambda q: fsearch(q, 2), qps_q)
+                p50, p99 = latency(lambda q: fsearch(q, 1), lat_q)
+                row = {"nprobe": npb, "oversample": os_ if os_ > 1 else "none", "recall": round(rec, 4),
+                       "p50_ms": round(p50, 3), "p99_ms": round(p99, 3), "qps_2t": round(qps)}
+                rows.append(row)
+                print("faiss", row, flush=True)
+        result["faiss_ivf_rabitq"] = rows
+        faiss.omp_set_num_threads(os.cpu_count())
+        save()
+
+
+if __name__ == "__main__":
+    main()
