@@ -182,7 +182,7 @@ class ShardedCollection:
 
         opts = dict(num_cpus=0, max_restarts=-1, max_task_retries=0, scheduling_strategy="SPREAD")
         opts.update(actor_options or {})
-        primary_cls = ray.remote(**opts)(ShardServer)
+        self._primary_cls = primary_cls = ray.remote(**opts)(ShardServer)
         replica_cls = ray.remote(**opts)(ReplicaServer)
         cargs = None
         if create:
@@ -259,6 +259,21 @@ class ShardedCollection:
 
     def replicas(self, shard: int) -> list:
         return list(self._replicas[shard])
+
+    def replace_primary(self, shard: int) -> None:
+        """Starts a new actor for a shard whose actor is gone for good (ray.kill, restarts used up,
+        node lost); it reopens the shard directory and its log as a restart would."""
+        ray = _ray()
+        with self._wlock:
+            old = self._primaries[shard]
+            try:
+                ray.kill(old, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+            name = self._m["shards"][shard]["name"]
+            new = self._primary_cls.remote(self._path, name, self._session, None)
+            self._copy_gen[shard][0] = ray.get(new.ping.remote(), timeout=120)["gen"]
+            self._primaries[shard] = new
 
     def tenant_shards(self, tenant) -> list:
         """The shards a search of this tenant goes to."""
@@ -339,16 +354,13 @@ class ShardedCollection:
         if any(not isinstance(i, str) for i in ids):
             raise TypeError("ids must be strings")
         tenants = table["tenant"].to_pylist() if "tenant" in table.column_names else None
-        ray = _ray()
         with self._wlock:
             before = (dict(self._router.tenants), self._load.copy())
             shard_of = self._router.route(ids, tenants, self._load)
-            refs = {}
-            for s in np.unique(shard_of).tolist():
-                rows = np.flatnonzero(shard_of == s)
-                refs[s] = self._primaries[s].add.remote(table.take(pa.array(rows)))
+            calls = {s: ("add", (table.take(pa.array(np.flatnonzero(shard_of == s))),))
+                     for s in np.unique(shard_of).tolist()}
             try:
-                self._write_all(refs, "add")
+                self._write_all(calls, "add")
             except BaseException:
                 self._router.tenants, self._load = before
                 raise
@@ -356,23 +368,33 @@ class ShardedCollection:
                 self._pending_tenants = True
             if "acl" in table.column_names and table["acl"].null_count < table.num_rows:
                 self._pending_acl = True
-            del ray
 
-    def _write_all(self, refs: dict, what: str):
-        """Waits for a write on every shard; the Collection's own errors (bad input) are re-raised as such."""
+    def _write_all(self, calls: dict, what: str, deadline: float = 300):
+        """Runs calls {shard: (method, args)} on the primaries. A primary that dies or is unreachable
+        is waited for (Ray restarts it) and called again: adds are upserts and deletes idempotent,
+        and the log a restarted shard replays holds a write at most twice. The Collection's own
+        errors (bad input) are re-raised as they are."""
         ray = _ray()
+        end = time.monotonic() + deadline
         out = {}
-        for s, ref in refs.items():
-            try:
-                out[s] = ray.get(ref, timeout=300)
-            except ray.exceptions.RayTaskError as exc:
-                cause = getattr(exc, "cause", None)
-                if isinstance(cause, Exception):
-                    raise cause from None
-                raise
-            except ray.exceptions.RayActorError as exc:
-                raise VecsiftError(f"shard {s} died during {what} (it restarts with what it had logged; "
-                                   f"retry the {what}: adds are upserts): {type(exc).__name__}") from None
+        todo = {s: getattr(self._primaries[s], m).remote(*a) for s, (m, a) in calls.items()}
+        while todo:
+            for s, ref in list(todo.items()):
+                try:
+                    out[s] = ray.get(ref, timeout=max(0.1, end - time.monotonic()))
+                    del todo[s]
+                except ray.exceptions.RayTaskError as exc:
+                    cause = getattr(exc, "cause", None)
+                    if isinstance(cause, Exception):
+                        raise cause from None
+                    raise
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+                    if time.monotonic() >= end:
+                        raise VecsiftError(f"shard {s} did not complete {what} within {deadline} s: "
+                                           f"{type(exc).__name__}") from None
+                    time.sleep(0.2)
+                    m, a = calls[s]
+                    todo[s] = getattr(self._primaries[s], m).remote(*a)
         return out
 
     def delete(self, ids=None, doc_ids=None) -> int:
@@ -385,13 +407,12 @@ class ShardedCollection:
         ids = None if ids is None else [str(i) for i in ids]
         doc_ids = None if doc_ids is None else [str(d) for d in doc_ids]
         with self._wlock:
-            refs = {s: p.delete.remote(ids, doc_ids) for s, p in enumerate(self._primaries)}
-            return int(sum(self._write_all(refs, "delete").values()))
+            calls = {s: ("delete", (ids, doc_ids)) for s in range(self.n_shards)}
+            return int(sum(self._write_all(calls, "delete").values()))
 
     def commit(self) -> None:
         """Makes every add and delete since the last commit durable and searchable on all shards at once."""
         self._live()
-        ray = _ray()
         with self._wlock:
             gen = self._gen + 1
             try:
@@ -419,26 +440,11 @@ class ShardedCollection:
                 self._gen = gen
                 self._stats.clear()
             self._sync_replicas()
-            del ray
 
     def _on_every_primary(self, method, *args, deadline: float):
         """Calls method on every primary; a primary that dies is waited for (Ray restarts it) and called again."""
-        ray = _ray()
-        end = time.monotonic() + deadline
-        out = [None] * len(self._primaries)
-        todo = {i: getattr(p, method).remote(*args) for i, p in enumerate(self._primaries)}
-        while todo:
-            for i, ref in list(todo.items()):
-                try:
-                    out[i] = ray.get(ref, timeout=max(0.1, end - time.monotonic()))
-                    del todo[i]
-                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
-                    if time.monotonic() >= end:
-                        raise VecsiftError(f"shard {i} did not complete {method} within {deadline} s: "
-                                           f"{type(exc).__name__}") from None
-                    time.sleep(0.2)
-                    todo[i] = getattr(self._primaries[i], method).remote(*args)
-        return out
+        out = self._write_all({s: (method, args) for s in range(self.n_shards)}, method, deadline)
+        return [out[s] for s in range(self.n_shards)]
 
     def _sync_replicas(self):
         """Replicas copy the primaries' new files; a replica that fails stays out of searches until it syncs."""
