@@ -209,7 +209,7 @@ def bench_scale(rows: int, work: Path, reps: int) -> dict:
     c.commit()
     t_commit = time.perf_counter() - t0
     res = {"rows": rows, "dim": dim, "add_rows_per_s": rows / t_add, "add_s": t_add, "commit_s": t_commit,
-           "vectors_file_mb": os.path.getsize(path / c._manifest["vectors"]["file"]) / 2**20}
+           "vectors_file_mb": os.path.getsize(path / c.manifest.vectors["file"]) / 2**20}
     queries = (centers[rng.integers(0, 256, 100)] + 0.5 * rng.standard_normal((100, dim))).astype(np.float32)
     t = interleaved({"batch": lambda: c.search_rows(queries, k=K)}, reps)
     res["batch_qps_100q"] = len(queries) / t["batch"]

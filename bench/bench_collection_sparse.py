@@ -19,7 +19,7 @@ statistics, to separate the filter's cost from the collection's.
 
 Last, hybrid batches (search_batch with vectors and texts, 2 threads) with BM25
 run inline or on a helper thread beside the dense stage, by batch size: where
-collection.HYBRID_PARALLEL_MIN comes from.
+collection/search.py HYBRID_PARALLEL_MIN comes from.
 """
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def big_run(n, reps):
 
 
 def hybrid_batches(coll, queries, qv, reps):
-    import vecsift.collection.collection as C
+    import vecsift.collection.search as C
 
     qs, vs = queries[:320], qv[:320]
     saved = C.HYBRID_PARALLEL_MIN

@@ -70,3 +70,9 @@ def check_threads(threads) -> int:
     if threads < 0:
         raise ValueError(f"threads must be >= 0 (0 means all cores), got {threads}")
     return int(threads)
+
+
+def unit_rows(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero): cosine becomes the inner product."""
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(norms > 0, norms, 1).astype(np.float32)

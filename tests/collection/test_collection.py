@@ -314,10 +314,10 @@ def test_info_search_defaults_and_tuning_hooks(tmp_path):
     assert info["bytes_on_disk"] > info["float32_bytes_on_disk"] == 3000 * 32 * 4
     q = clustered(5, 32, seed=1)
     assert (c.search_rows(q, k=10)[0] == c.search_rows(q, k=10, oversample=2)[0]).all()
-    rows, scores = c._exact_all(q, 10)
+    rows, scores = c.snapshot().exact(q, 10)
     ref, ref_s = exact_ref(x, q, 10, "cosine", allowed=[i for i in range(3000) if i != 1])
     np.testing.assert_allclose(scores, ref_s, atol=1e-4)
-    own, sample = c._sample_rows(7, seed=3)
+    own, sample = c.snapshot().sample_rows(7, seed=3)
     assert 1 not in own and np.allclose(sample, unit(x[own]), atol=1e-6)
     with pytest.raises(ValueError):
         c.set_search_defaults(ef=0)

@@ -141,7 +141,7 @@ def test_compact_after_a_failed_compact(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(vecsift.collection.collection, "_write_segment", boom)
+    monkeypatch.setattr(vecsift.collection.commit, "write_segment", boom)
     with pytest.raises(OSError, match="disk full"):
         c.compact()
     monkeypatch.undo()

@@ -1,6 +1,16 @@
 """The Collection facade and what it is made of: snapshot, search cascade, writes and commits,
-compaction, roaring filters, Arrow ingest, hits; stages/ holds the dense and sparse stages."""
+compaction, roaring filters, Arrow ingest, hits; stages/ holds the dense and sparse stages.
+
+Public beyond the facade, for tools, a sharded collection or an audit log: Snapshot (the read
+API, from Collection.snapshot()), Manifest (Collection.manifest), and the cascade as functions
+of a snapshot: search_request(...) -> Request, retrieve(snapshot, request, allow) -> Lists,
+fuse(request, lists)."""
 from vecsift.collection.collection import Collection, open  # noqa: A004 - the public name is vecsift.open
 from vecsift.collection.hits import Hit
+from vecsift.collection.search import Lists, Request, fuse, retrieve
+from vecsift.collection.search import request as search_request
+from vecsift.collection.snapshot import Snapshot
+from vecsift.storage.manifest import Manifest
 
-__all__ = ["Collection", "Hit", "open"]
+__all__ = ["Collection", "Hit", "Lists", "Manifest", "Request", "Snapshot", "fuse", "open", "retrieve",
+           "search_request"]

@@ -1,19 +1,21 @@
 """Collection: the engine users embed. A directory of vectors, chunks and filters.
 
-Files of a collection directory (all named by the MANIFEST, see storage.py):
+Files of a collection directory (all named by the MANIFEST, storage/manifest.py):
 
-    vectors-G.f32    append-only float32 rows, read through numpy.memmap
+    vectors-G.f32    append-only float32 rows, read through numpy.memmap (storage/rowfile.py)
     codes-G.bin      append-only binary codes (index="bq"), held in RAM
     hnsw-G.idx       the graph (index="hnsw"), rewritten at each commit
     seg-G.arrow      Arrow IPC file of the chunks added by commit G (ids, texts,
-                     tenant, acl, provenance, metadata), memory-mapped
+                     tenant, acl, provenance, metadata), memory-mapped (storage/segment.py)
     filters-G.bin    roaring bitmaps (tenants, groups, filter fields, deleted)
-    bm25-G.bin       BM25 postings of the indexed texts (sparse.py), rewritten at
+    bm25-G.bin       BM25 postings of the indexed texts (stages/sparse.py), rewritten at
                      each commit that changed them
 
-Search is a cascade: the allow set (filters.py) is computed first, then the
-dense stage (dense.py: Hamming + float32 rescoring, or HNSW) and/or BM25 run
-only over allowed rows, and hybrid mode fuses the two candidate lists with RRF.
+This module is the facade: lifecycle, locks and the state it swaps. What it is
+made of: snapshot.py (the immutable state a search runs on, and the public read
+API), search.py (the cascade: allow set, dense / BM25 candidate lists, RRF),
+writes.py (add / add_table / delete staging), commit.py (the one commit
+sequence of create, commit and compact), compaction.py.
 
 Consistency model. A search runs on a snapshot: the rows of the last commit,
 minus every row deleted so far (a delete() hides rows at once, and is made
@@ -35,135 +37,32 @@ import glob
 import os
 import threading
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-from pyroaring import BitMap, FrozenBitMap
+from pyroaring import BitMap
 
-from vecsift._arrays import as_vectors, check_k, check_threads
-from vecsift.collection.stages.dense import KINDS, exact_rows
+from vecsift._arrays import as_vectors, unit_rows
+from vecsift.collection import search as cascade
+from vecsift.collection.commit import write_commit
+from vecsift.collection.compaction import compact_files
+from vecsift.collection.filters import Filters, rows_of
 from vecsift.collection.hits import HitBuilder
+from vecsift.collection.rwlock import RWLock
+from vecsift.collection.snapshot import Snapshot, empty_snapshot, take_snapshot
+from vecsift.collection.stages.dense import KINDS
 from vecsift.collection.stages.sparse import BM25Sparse, indexed_texts
+from vecsift.collection.writes import Staged, batch_of_add, batch_of_table, check_model, filter_keys, rows_where
 from vecsift.errors import CorruptIndexError, VecsiftError
-from vecsift.collection.filters import Filters, as_keys, bitmap_of, rows_of
 from vecsift.index.flat import check_metric
-from vecsift.collection.ingest import META, PROVENANCE, build_batch, check_ids, read_table, vectors_from_column
-from vecsift.storage.framing import FORMAT_VERSION, WriterLock, fsync_dir, read_blob, read_manifest, write_blob, write_manifest
-from vecsift.storage.framing import file_crc, write_durable
+from vecsift.storage import manifest as manifests
+from vecsift.storage.framing import FORMAT_VERSION, WriterLock, read_blob
+from vecsift.storage.manifest import Manifest, check_payload
 from vecsift.storage.rowfile import RowFile
+from vecsift.storage.segment import read_segment
 
-SEGMENT_META = {b"vecsift_kind": b"segment", b"vecsift_format": str(FORMAT_VERSION).encode()}
-# Allow sets this small are scored exactly (all rows), whatever the index.
-EXACT_BELOW = 2048
 _PATTERNS = ("vectors-*.f32", "codes-*.bin", "hnsw-*.idx", "seg-*.arrow", "filters-*.bin", "bm25-*.bin", "*.tmp")
-MODES = ("dense", "sparse", "hybrid")
-# Hybrid batches at least this large run BM25 on a helper thread beside the dense stage.
-# Measured (bench_collection_sparse.py): the helper is slower for one query, a toss-up
-# at 2 (5% slower in one run, 9% faster in another), 27-38% faster from 8 on.
-HYBRID_PARALLEL_MIN = 8
-
-
-class _RWLock:
-    """Many readers or one writer; a waiting writer blocks new readers (no starvation)."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writer = False
-        self._waiting = 0
-
-    @contextmanager
-    def read(self):
-        with self._cond:
-            while self._writer or self._waiting:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def write(self):
-        with self._cond:
-            self._waiting += 1
-            while self._writer or self._readers:
-                self._cond.wait()
-            self._waiting -= 1
-            self._writer = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writer = False
-                self._cond.notify_all()
-
-
-@dataclass(frozen=True)
-class _Snapshot:
-    n: int  # committed rows (deleted included)
-    vectors: np.ndarray  # memmap of the n rows
-    dense: object
-    sparse: object
-    filters: Filters
-    live: FrozenBitMap  # [0, n) minus deleted; frozen, so indexes may cache what they derive from it
-    full: bool  # nothing deleted: live is all of [0, n)
-    hits: HitBuilder  # over the chunk columns of the n rows
-
-    @property
-    def table(self) -> pa.Table:
-        return self.hits.table
-
-
-_POOL = None
-_POOL_LOCK = threading.Lock()
-
-
-def _pool():
-    """Helper threads for the sparse half of hybrid searches (created on first use)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            _POOL = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)),
-                                       thread_name_prefix="vecsift-sparse")
-    return _POOL
-
-
-def _read_segment(path, entry) -> pa.Table:
-    if not os.path.exists(path):
-        raise CorruptIndexError(f"{path}: file named by the manifest is missing")
-    if file_crc(path) != entry["crc"]:
-        raise CorruptIndexError(f"{path}: checksum does not match the manifest")
-    try:
-        table = pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorruptIndexError(f"{path}: unreadable chunk segment: {exc}") from None
-    meta = table.schema.metadata or {}
-    if meta.get(b"vecsift_kind") != b"segment" or meta.get(b"vecsift_format") != SEGMENT_META[b"vecsift_format"]:
-        raise CorruptIndexError(f"{path}: not a vecsift chunk segment of format {FORMAT_VERSION}")
-    if table.num_rows != entry["rows"]:
-        raise CorruptIndexError(f"{path}: holds {table.num_rows} chunks, the manifest says {entry['rows']}")
-    return table
-
-
-def _write_segment(path, table: pa.Table) -> int:
-    table = table.replace_schema_metadata(SEGMENT_META)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, table.schema) as w:
-        w.write_table(table)
-    data = sink.getvalue().to_pybytes()
-    write_durable(path, data)
-    from vecsift.storage.framing import crc32
-
-    return crc32(data)
+MODES = cascade.MODES
 
 
 def _concat(tables) -> pa.Table:
@@ -172,6 +71,39 @@ def _concat(tables) -> pa.Table:
 
         return ROW_SCHEMA.empty_table()
     return pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+
+
+def _load(path, m: Manifest, writable):
+    """The files of manifest m, opened and checked: (rowfile, dense, sparse, filters, segment tables)."""
+    if m.vectors["rows"] != m.rows:
+        raise CorruptIndexError(f"{os.path.join(path, 'MANIFEST')}: row counts disagree")
+    vec = RowFile.open(os.path.join(path, m.vectors["file"]), "vectors", "float32", m.dim, m.vectors["rows"],
+                       m.vectors["crc"], writable)
+    try:
+        dense = KINDS[m.index].load(path, m.dense, m.dim, m.metric, m.index_params, writable)
+        sparse = BM25Sparse.load(path, m.sparse, m.sparse_params)
+        fpath = os.path.join(path, m.filters["file"])
+        filters = Filters.from_bytes(read_blob(fpath, "filters", m.filters["crc"]), fpath)
+        tables = [read_segment(os.path.join(path, s["file"]), s) for s in m.segments]
+    except BaseException:
+        vec.close()
+        raise
+    if sum(t.num_rows for t in tables) != m.rows or dense.size != m.rows:
+        raise CorruptIndexError(f"{os.path.join(path, 'MANIFEST')}: files hold a different number of rows")
+    return vec, dense, sparse, filters, tables
+
+
+def _load_newest(path, writable, retry):
+    """(manifest, files) of the newest commit; a reader racing a writer that just replaced files
+    retries on the newer manifest."""
+    for attempt in range(5):
+        m = manifests.read(path)
+        try:
+            return m, _load(path, m, writable)
+        except CorruptIndexError:
+            if retry and attempt < 4 and manifests.read(path).generation != m.generation:
+                continue
+            raise
 
 
 class Collection:
@@ -206,26 +138,20 @@ class Collection:
             vec = RowFile.create(os.path.join(path, "vectors-0.f32"), "vectors", "float32", dim)
             dense = KINDS[index].create(path, 0, int(dim), metric, params)
             filters = Filters(filter_fields)
-            sparse = BM25Sparse.create({"k1": float(bm25_k1), "b": float(bm25_b)})
-            manifest = {
-                "format": FORMAT_VERSION, "generation": 0, "dim": int(dim), "metric": metric, "index": index,
-                "index_params": params, "model": model, "pipeline_version": pipeline_version,
-                "filter_fields": filter_fields, "created": time.time(), "rows": 0,
-                "index_heading_path": bool(index_heading_path),
-                "sparse_params": {"k1": float(bm25_k1), "b": float(bm25_b)},
-                "sparse": sparse.prepare_commit(path, 0),
-                "vectors": {"file": os.path.basename(vec.path), "rows": 0, "crc": 0},
-                "dense": dense.prepare_commit(path, 0, vec.view(0)), "segments": [],
-                "filters": {"file": "filters-0.bin",
-                            "crc": write_blob(os.path.join(path, "filters-0.bin"), "filters", filters.to_bytes())},
-            }
-            fsync_dir(path)
-            write_manifest(path, manifest)
+            sparse_params = {"k1": float(bm25_k1), "b": float(bm25_b)}
+            sparse = BM25Sparse.create(sparse_params)
+            m = Manifest(dim=int(dim), metric=metric, index=index, index_params=params, model=model,
+                         pipeline_version=pipeline_version, filter_fields=filter_fields, created=time.time(),
+                         index_heading_path=bool(index_heading_path), sparse_params=sparse_params,
+                         sparse=sparse.prepare_commit(path, 0),
+                         vectors={"file": os.path.basename(vec.path), "rows": 0, "crc": 0},
+                         dense=dense.prepare_commit(path, 0, vec.view(0)), format=FORMAT_VERSION)
+            m, _ = write_commit(path, m, filters)
         except BaseException:
             lock.release()
             raise
         self = cls.__new__(cls)
-        self._init(path, manifest, vec, dense, sparse, filters, [], lock)
+        self._init(path, m, vec, dense, sparse, filters, [], lock)
         return self
 
     @classmethod
@@ -234,18 +160,9 @@ class Collection:
         path = os.fspath(path)
         lock = None if readonly else WriterLock(path)
         try:
-            for attempt in range(5):
-                manifest = read_manifest(path)
-                try:
-                    parts = cls._load(path, manifest, writable=not readonly)
-                    break
-                except CorruptIndexError:
-                    # a reader may race a writer that just replaced files: retry on a newer manifest
-                    if readonly and attempt < 4 and read_manifest(path)["generation"] != manifest["generation"]:
-                        continue
-                    raise
+            m, parts = _load_newest(path, writable=not readonly, retry=readonly)
             self = cls.__new__(cls)
-            self._init(path, manifest, *parts, lock)
+            self._init(path, m, *parts, lock)
             if not readonly:
                 self._remove_unreferenced()
         except BaseException:
@@ -254,43 +171,21 @@ class Collection:
             raise
         return self
 
-    @staticmethod
-    def _load(path, manifest, writable):
-        v = manifest["vectors"]
-        if v["rows"] != manifest["rows"]:
-            raise CorruptIndexError(f"{os.path.join(path, 'MANIFEST')}: row counts disagree")
-        vec = RowFile.open(os.path.join(path, v["file"]), "vectors", "float32", manifest["dim"], v["rows"], v["crc"],
-                           writable)
-        try:
-            dense = KINDS[manifest["index"]].load(path, manifest["dense"], manifest["dim"], manifest["metric"],
-                                                  manifest["index_params"], writable)
-            sparse = BM25Sparse.load(path, manifest.get("sparse"), manifest.get("sparse_params", {}))
-            f = manifest["filters"]
-            fpath = os.path.join(path, f["file"])
-            filters = Filters.from_bytes(read_blob(fpath, "filters", f["crc"]), fpath)
-            tables = [_read_segment(os.path.join(path, s["file"]), s) for s in manifest["segments"]]
-        except BaseException:
-            vec.close()
-            raise
-        if sum(t.num_rows for t in tables) != manifest["rows"] or dense.size != manifest["rows"]:
-            raise CorruptIndexError(f"{os.path.join(path, 'MANIFEST')}: files hold a different number of rows")
-        return vec, dense, sparse, filters, tables
-
-    def _init(self, path, manifest, vec, dense, sparse, filters, tables, lock):
+    def _init(self, path, m, vec, dense, sparse, filters, tables, lock):
         self._path = path
-        self._manifest = manifest
-        self._vec, self._dense, self._sparse, self._filters = vec, dense, sparse, filters
-        self._use_tables(tables)
-        self._schema = self._table.schema
         self._lock = lock
         self._closed = False
         self._wlock = threading.RLock()
-        self._rw = _RWLock()
-        self._dense.lock = self._rw
-        self._pending: list[pa.Table] = []
-        self._replaced = BitMap()
-        self._dirty = False
+        self._rw = RWLock()
+        self._swap(m, vec, dense, sparse, filters, tables)
+        self._staged = Staged(self._table.schema)
         self._publish()
+
+    def _swap(self, m, vec, dense, sparse, filters, tables) -> None:
+        """Takes the files of a commit as the current state (the caller publishes a snapshot)."""
+        dense.lock = self._rw
+        self._manifest, self._vec, self._dense, self._sparse, self._filters = m, vec, dense, sparse, filters
+        self._use_tables(tables)
 
     def refresh(self) -> bool:
         """Readonly collections: picks up a newer commit of the writer (True if one was loaded).
@@ -300,22 +195,16 @@ class Collection:
             raise VecsiftError("the collection is closed")
         if self._lock is not None:
             return False  # the writer's own state is always the newest
-        for attempt in range(5):
-            m = read_manifest(self._path)
-            if m["generation"] == self._manifest["generation"]:
-                return False
-            try:
-                vec, dense, sparse, filters, tables = self._load(self._path, m, writable=False)
-                break
-            except CorruptIndexError:
-                if attempt == 4 or read_manifest(self._path)["generation"] == m["generation"]:
-                    raise
+        if manifests.read(self._path).generation == self._manifest.generation:
+            return False
+        m, parts = _load_newest(self._path, writable=False, retry=True)
+        if m.generation == self._manifest.generation:
+            parts[0].close()
+            parts[1].close()
+            return False
         old_vec, old_dense = self._vec, self._dense
-        dense.lock = self._rw
-        self._manifest, self._vec, self._dense, self._filters = m, vec, dense, filters
-        self._sparse = sparse
-        self._use_tables(tables)
-        self._schema = self._table.schema
+        self._swap(m, *parts)
+        self._staged.schema = self._table.schema
         self._publish()
         old_vec.close()
         old_dense.close()
@@ -329,10 +218,15 @@ class Collection:
 
     def _publish(self) -> None:
         """Swaps in a new snapshot of the committed rows and current deletes."""
-        n = self._manifest["rows"]
-        live = FrozenBitMap(range(n)) - self._filters.deleted  # frozen minus anything stays frozen
-        self._snap = _Snapshot(n, self._vec.view(n), self._dense, self._sparse, self._filters, live, len(live) == n,
-                               self._hits_of)
+        m = self._manifest
+        self._snap = take_snapshot(m.rows, m.dim, m.metric, self._vec, self._dense, self._sparse, self._filters,
+                                   self._hits_of, m.search_defaults, self._rw)
+
+    def snapshot(self) -> Snapshot:
+        """The state searches run on now (immutable; see collection/snapshot.py for its read API)."""
+        if self._closed:
+            raise VecsiftError("the collection is closed")
+        return self._snap
 
     @property
     def readonly(self) -> bool:
@@ -344,51 +238,45 @@ class Collection:
         if self._lock is None:
             raise VecsiftError("the collection was opened readonly")
 
-    def commit(self) -> None:
-        """Makes every add and delete since the last commit durable and searchable (atomic)."""
+    def commit(self, payload: dict | None = None) -> None:
+        """Makes every add and delete since the last commit durable and searchable (atomic).
+
+        payload: a small JSON dict (at most 64 KiB serialised) stored in the manifest with this
+        commit, replacing the previous one (e.g. a sync watermark); read it back with .payload.
+        """
         self._writable()
+        if payload is not None:
+            payload = check_payload(payload)
         with self._wlock:
-            if not self._pending and not self._replaced and not self._dirty:
+            st = self._staged
+            if st.empty and payload is None:
                 return
-            m = dict(self._manifest)
-            gen = m["generation"] + 1
+            old = self._manifest
+            gen = old.generation + 1
             total = self._vec.rows
             self._vec.sync()
-            m["vectors"] = {"file": os.path.basename(self._vec.path), "rows": total, "crc": self._vec.crc}
-            m["rows"] = total
-            m["dense"] = self._dense.prepare_commit(self._path, gen, self._vec.view(total, sequential=True))
-            new_tables = list(self._tables)
-            if self._pending:
-                seg = _concat(self._pending)
-                name = f"seg-{gen}.arrow"
-                crc = _write_segment(os.path.join(self._path, name), seg)
-                m["segments"] = m["segments"] + [{"file": name, "rows": seg.num_rows, "crc": crc}]
-                new_tables.append(_read_segment(os.path.join(self._path, name), m["segments"][-1]))
-                self._sparse.add_rows(self._manifest["rows"], indexed_texts(seg, self.index_heading_path))
-            if self._replaced:
-                self._filters.delete(self._replaced)
-                self._sparse.delete(rows_of(self._replaced))
-            m["sparse"] = self._sparse.prepare_commit(self._path, gen)
-            name = f"filters-{gen}.bin"
-            m["filters"] = {"file": name, "crc": write_blob(os.path.join(self._path, name), "filters",
-                                                           self._filters.to_bytes())}
-            m["generation"] = gen
-            fsync_dir(self._path)
-            write_manifest(self._path, m)  # the commit point
-            old = self._manifest
+            m = old.replace(generation=gen, rows=total,
+                            vectors={"file": os.path.basename(self._vec.path), "rows": total, "crc": self._vec.crc},
+                            dense=self._dense.prepare_commit(self._path, gen, self._vec.view(total, sequential=True)),
+                            payload=old.payload if payload is None else payload)
+            seg = _concat(st.pending) if st.pending else None
+            if seg is not None:
+                self._sparse.add_rows(old.rows, indexed_texts(seg, self.index_heading_path))
+            if st.replaced:
+                self._filters.delete(st.replaced)
+                self._sparse.delete(rows_of(st.replaced))
+            m = m.replace(sparse=self._sparse.prepare_commit(self._path, gen))
+            m, table = write_commit(self._path, m, self._filters, seg)
             self._manifest = m
             with self._rw.write():
                 self._dense.publish()
-            self._use_tables(new_tables)
-            self._pending, self._replaced, self._dirty = [], BitMap(), False
+            self._use_tables(self._tables + ([table] if table is not None else []))
+            st.clear()
             self._publish()
             self._remove_files(old, m)
 
-    def _files(self, m) -> set:
-        names = {m["vectors"]["file"], m["filters"]["file"]} | {s["file"] for s in m["segments"]}
-        if m.get("sparse"):
-            names.add(m["sparse"]["file"])
-        return names | set(self._dense.files(m["dense"])) if m.get("dense") else names
+    def _files(self, m: Manifest) -> set:
+        return m.files() | set(self._dense.files(m.dense)) if m.dense else m.files()
 
     def _remove_files(self, old, new) -> None:
         keep = self._files(new)
@@ -416,8 +304,7 @@ class Collection:
         finally:
             self._closed = True
             # drop the snapshot so the float32 mapping goes once no search holds it
-            self._snap = _Snapshot(0, np.empty((0, self.dim), np.float32), self._dense, self._sparse, Filters(),
-                                   FrozenBitMap(), True, HitBuilder(_concat([])))
+            self._snap = empty_snapshot(self.dim, self.metric, self._dense, self._sparse, _concat([]))
             self._table = self._tables = self._hits_of = None
             self._vec.close()
             self._dense.close()
@@ -436,32 +323,42 @@ class Collection:
         return self._path
 
     @property
+    def manifest(self) -> Manifest:
+        """The manifest of the last commit (immutable)."""
+        return self._manifest
+
+    @property
+    def payload(self) -> dict:
+        """The user payload stored by the last commit(payload=...) (a copy)."""
+        return check_payload(self._manifest.payload)
+
+    @property
     def dim(self) -> int:
-        return self._manifest["dim"]
+        return self._manifest.dim
 
     @property
     def metric(self) -> str:
-        return self._manifest["metric"]
+        return self._manifest.metric
 
     @property
     def index(self) -> str:
-        return self._manifest["index"]
+        return self._manifest.index
 
     @property
     def index_params(self) -> dict:
-        return dict(self._manifest["index_params"])
+        return dict(self._manifest.index_params)
 
     @property
     def model(self):
-        return self._manifest["model"]
+        return self._manifest.model
 
     @property
     def pipeline_version(self):
-        return self._manifest["pipeline_version"]
+        return self._manifest.pipeline_version
 
     @property
     def index_heading_path(self) -> bool:
-        return bool(self._manifest.get("index_heading_path", False))
+        return bool(self._manifest.index_heading_path)
 
     def text_for_embedding(self, texts, heading_path=None) -> list:
         """The strings to embed so the vectors match what BM25 indexes (heading path + text
@@ -475,7 +372,7 @@ class Collection:
 
     @property
     def filter_fields(self) -> list:
-        return list(self._manifest["filter_fields"])
+        return list(self._manifest.filter_fields)
 
     def __len__(self) -> int:
         """Searchable chunks: committed and not deleted."""
@@ -490,14 +387,15 @@ class Collection:
         """Stores the default ef (hnsw) / oversample (bq) searches use; durable at the next commit."""
         self._writable()
         with self._wlock:
-            d = dict(self._manifest.get("search_defaults") or {})
+            d = dict(self._manifest.search_defaults)
             for name, v in (("ef", ef), ("oversample", oversample)):
                 if v is not None:
                     if isinstance(v, bool) or int(v) != v or v < 1:
                         raise ValueError(f"{name} must be a positive integer, got {v!r}")
                     d[name] = int(v)
-            self._manifest = dict(self._manifest, search_defaults=d)
-            self._dirty = True
+            self._manifest = self._manifest.replace(search_defaults=d)
+            self._staged.dirty = True
+            self._publish()
 
     def info(self) -> dict:
         """What `vecsift info` prints: rows, deletes, model, index, bytes on disk and in RAM."""
@@ -508,53 +406,17 @@ class Collection:
                 disk += os.path.getsize(os.path.join(self._path, name))
             except FileNotFoundError:
                 pass
-        dense = snap.dense
-        ram = getattr(getattr(dense, "index", None), "nbytes", 0)
+        ram = getattr(getattr(snap.dense, "index", None), "nbytes", 0)
         return {"path": self._path, "rows": len(snap.live), "deleted": snap.n - len(snap.live),
-                "generation": m["generation"], "model": m["model"], "pipeline_version": m["pipeline_version"],
-                "dim": m["dim"], "metric": m["metric"], "index": m["index"], "index_params": m["index_params"],
-                "search_defaults": m.get("search_defaults") or {}, "filter_fields": m["filter_fields"],
+                "generation": m.generation, "model": m.model, "pipeline_version": m.pipeline_version,
+                "dim": m.dim, "metric": m.metric, "index": m.index, "index_params": m.index_params,
+                "search_defaults": m.search_defaults, "filter_fields": m.filter_fields,
                 "has_tenants": snap.filters.has_tenants, "has_acl": snap.filters.has_acl,
-                "bytes_on_disk": disk, "bytes_in_ram": int(ram), "float32_bytes_on_disk": snap.n * m["dim"] * 4}
-
-    # used by `vecsift tune`: the real search path and exact ground truth over all live rows
-    def _sample_rows(self, n: int, seed: int = 0):
-        snap = self._snap
-        live = rows_of(snap.live)
-        rows = np.sort(np.random.default_rng(seed).choice(live, size=min(n, len(live)), replace=False))
-        return rows, np.asarray(snap.vectors[rows], dtype=np.float32)
-
-    def _exact_all(self, queries, k: int, exclude=None):
-        """Exact top-k over all live rows except `exclude` (rows used as held-out queries)."""
-        from vecsift.index.flat import exact_search
-
-        with self._wlock:  # the snapshot and the file it counts rows of, taken together
-            snap = self._snap
-            vectors = self._vec.view(snap.n, sequential=True)  # a full scan: read-ahead helps
-        q = as_vectors(queries, "queries", dim=self.dim)
-        if snap.n == 0:
-            return np.full((len(q), k), -1, np.int64), np.full((len(q), k), -np.inf, np.float32)
-        metric = "ip" if self.metric == "cosine" else self.metric  # rows are stored unit length
-        if self.metric == "cosine":
-            q = q / np.maximum(np.linalg.norm(q, axis=1, keepdims=True), 1e-30).astype(np.float32)
-        allow = snap.live - bitmap_of(exclude) if exclude is not None else (None if snap.full else snap.live)
-        return exact_search(vectors, q, k, metric, allow=allow)
-
-    def _live_vectors(self):
-        """(live rows, the float32 memmap they index), for rebuilding a held-out index."""
-        snap = self._snap
-        return rows_of(snap.live), snap.vectors
-
-    def _search_all(self, queries, k: int, ef=None, oversample=None, exclude=None):
-        """The collection's dense search over all live rows except `exclude`, ignoring tenants and ACLs."""
-        snap = self._snap
-        q = as_vectors(queries, "queries", dim=self.dim)
-        allow = snap.live - bitmap_of(exclude) if exclude is not None else snap.live
-        return self._dense_rows(snap, q, check_k(k), allow, ef, oversample, 0)
+                "bytes_on_disk": disk, "bytes_in_ram": int(ram), "float32_bytes_on_disk": snap.n * m.dim * 4}
 
     def verify(self) -> None:
         """Reads every committed float32 row and checks it against the manifest's checksum."""
-        v = self._manifest["vectors"]
+        v = self._manifest.vectors
         self._vec.verify(v["rows"], v["crc"])
 
     # ------------------------------------------------------------------ writing
@@ -570,16 +432,11 @@ class Collection:
         doc_type) may be given here, per chunk or for all, or inside metadata.
         """
         self._writable()
-        if model is not None and self.model is not None and model != self.model:
-            raise ValueError(f"model {model!r} differs from the collection's model {self.model!r}")
-        ids = check_ids(ids)
-        vecs = as_vectors(vectors, "vectors", dim=self.dim)
-        if len(vecs) != len(ids):
-            raise ValueError(f"{len(ids)} ids but {len(vecs)} vectors")
-        prov = {"source": source, "heading_path": heading_path, "char_range": char_range, "date": date,
-                "version": version, "doc_type": doc_type}
-        batch = build_batch(ids, len(ids), texts=texts, display_texts=display_texts, doc_ids=doc_ids, tenant=tenant,
-                            acl=acl, metadata=metadata, provenance=prov, pipeline_version=self.pipeline_version)
+        check_model(model, self.model)
+        batch, vecs = batch_of_add(ids, vectors, self.dim, self.pipeline_version, texts=texts, doc_ids=doc_ids,
+                                   tenant=tenant, acl=acl, metadata=metadata, display_texts=display_texts,
+                                   source=source, heading_path=heading_path, char_range=char_range, date=date,
+                                   version=version, doc_type=doc_type)
         self._add_batch(batch, vecs)
 
     def add_table(self, table, model=None) -> None:
@@ -591,53 +448,18 @@ class Collection:
         every other column is metadata.
         """
         self._writable()
-        if model is not None and self.model is not None and model != self.model:
-            raise ValueError(f"model {model!r} differs from the collection's model {self.model!r}")
-        table = read_table(table)
-        for need in ("id", "vector"):
-            if need not in table.column_names:
-                raise ValueError(f"add_table: missing column {need!r}")
-        vecs = vectors_from_column(table["vector"])
-        if vecs.shape[1] != self.dim:
-            raise ValueError(f"vectors have dimension {vecs.shape[1]}, expected {self.dim}")
-        vecs = as_vectors(vecs, "vectors", dim=self.dim)
-        ids = check_ids(table["id"])
-        if len(vecs) != len(ids):
-            raise ValueError(f"{len(ids)} ids but {len(vecs)} vectors")
-        col = lambda name: table[name] if name in table.column_names else None  # noqa: E731
-        known = {"id", "vector", "text", "texts", "display_text", "doc_id", "tenant", "acl", "char_range", *PROVENANCE}
-        meta = table.select([c for c in table.column_names if c not in known])
-        prov = {p: col(p) for p in PROVENANCE}
-        prov["char_range"] = col("char_range")
-        if prov.get("pipeline_version") is None:
-            prov.pop("pipeline_version")
-        batch = build_batch(ids, len(ids), texts=col("text") if col("text") is not None else col("texts"),
-                            display_texts=col("display_text"), doc_ids=col("doc_id"), tenant=col("tenant"),
-                            acl=col("acl"), metadata=meta if meta.num_columns else None, provenance=prov,
-                            pipeline_version=self.pipeline_version)
-        self._add_batch(batch, vecs)
-
-    def _field_column(self, batch: pa.Table, name: str):
-        if name in PROVENANCE:
-            return batch[name]
-        if META + name in batch.column_names:
-            return batch[META + name]
-        return pa.nulls(batch.num_rows, pa.string())
+        check_model(model, self.model)
+        self._add_batch(*batch_of_table(table, self.dim, self.pipeline_version))
 
     def _add_batch(self, batch: pa.Table, vecs: np.ndarray) -> None:
         if self.metric == "cosine":  # stored unit length: cosine is then the inner product
-            norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-            vecs = vecs / np.where(norms > 0, norms, 1).astype(np.float32)
-        fields = {}
-        for f in self.filter_fields:
-            try:
-                fields[f] = as_keys(self._field_column(batch, f))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise TypeError(f"filter field {f!r}: values must be scalars: {exc}") from None
+            vecs = unit_rows(vecs)
+        fields = filter_keys(batch, self.filter_fields)
         with self._wlock:
             self._writable()
+            st = self._staged
             try:
-                schema = pa.unify_schemas([self._schema, batch.schema], promote_options="permissive")
+                schema = pa.unify_schemas([st.schema, batch.schema], promote_options="permissive")
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                 raise TypeError(f"metadata types differ from earlier chunks: {exc}") from None
             replaced = self._rows_where("id", batch["id"])
@@ -645,19 +467,14 @@ class Collection:
             self._vec.append(vecs)
             self._dense.stage(vecs)
             self._filters.add_rows(start, batch["tenant"].combine_chunks(), batch["acl"].combine_chunks(), fields)
-            self._pending.append(batch)
-            self._schema = schema
-            self._replaced |= replaced
+            st.pending.append(batch)
+            st.schema = schema
+            st.replaced |= replaced
 
     def _rows_where(self, column: str, values) -> BitMap:
-        """Live rows (committed or pending) whose `column` is in values: one vectorised pass."""
-        tables = self._tables + self._pending
-        if not tables or len(values) == 0:
-            return BitMap()
-        col = pa.chunked_array([c for t in tables for c in t[column].chunks], type=pa.string())
-        hit = pc.is_in(col, value_set=pa.array(values, type=pa.string()) if not isinstance(values, pa.Array)
-                       else values).to_numpy(zero_copy_only=False)
-        return bitmap_of(np.flatnonzero(hit)) - self._filters.deleted - self._replaced
+        """Live rows (committed or pending) whose `column` is in values."""
+        return rows_where(self._tables + self._staged.pending, column, values,
+                          self._filters.deleted | self._staged.replaced)
 
     def delete(self, ids=None, doc_ids=None) -> int:
         """Removes chunks by id and every chunk of the given documents from all search paths at once.
@@ -679,7 +496,7 @@ class Collection:
             if rows:
                 self._filters.delete(rows)
                 self._sparse.delete(rows_of(rows))
-                self._dirty = True
+                self._staged.dirty = True
                 self._publish()
             return len(rows)
 
@@ -692,50 +509,13 @@ class Collection:
             if snap.full:
                 return
             self._remove_unreferenced()  # leftovers of a compaction that raised earlier
-            m = dict(self._manifest)
-            gen = m["generation"] + 1
-            keep = rows_of(snap.live)
-            dim, metric = self.dim, self.metric
-            vec = RowFile.create(os.path.join(self._path, f"vectors-{gen}.f32"), "vectors", "float32", dim)
-            dense = KINDS[self.index].create(self._path, gen, dim, metric, m["index_params"])
-            dense.lock = self._rw
-            step = max(1, (64 << 20) // (4 * dim))
-            src = self._vec.view(snap.n, sequential=True)  # one forward pass with read-ahead
-            for s in range(0, len(keep), step):
-                rows = np.asarray(src[keep[s:s + step]])
-                vec.append(rows)
-                dense.stage(rows)
-            vec.sync()
-            table = snap.table.take(pa.array(keep))
-            filters = Filters(self.filter_fields)
-            filters.add_rows(0, table["tenant"].combine_chunks(), table["acl"].combine_chunks(),
-                             {f: as_keys(self._field_column(table, f)) for f in self.filter_fields})
-            filters.has_tenants |= self._filters.has_tenants  # once required, always required
-            filters.has_acl |= self._filters.has_acl
-            sparse = self._sparse.compacted(self._path, gen, len(keep),
-                                            lambda: indexed_texts(table, self.index_heading_path))
-            m["sparse"] = sparse.prepare_commit(self._path, gen)
-            m["vectors"] = {"file": os.path.basename(vec.path), "rows": len(keep), "crc": vec.crc}
-            m["rows"] = len(keep)
-            m["dense"] = dense.prepare_commit(self._path, gen, vec.view(len(keep), sequential=True))
-            seg_name = f"seg-{gen}.arrow"
-            seg_path = os.path.join(self._path, seg_name)
-            m["segments"] = [{"file": seg_name, "rows": table.num_rows, "crc": _write_segment(seg_path, table)}]
-            name = f"filters-{gen}.bin"
-            m["filters"] = {"file": name, "crc": write_blob(os.path.join(self._path, name), "filters",
-                                                           filters.to_bytes())}
-            m["generation"] = gen
-            fsync_dir(self._path)
-            write_manifest(self._path, m)  # the commit point
-            dense.publish()
+            done = compact_files(self._path, self._manifest, snap, self._filters, self._rw)
             old_manifest, old_vec, old_dense = self._manifest, self._vec, self._dense
-            self._manifest, self._vec, self._dense, self._filters = m, vec, dense, filters
-            self._sparse = sparse
-            self._use_tables([_read_segment(seg_path, m["segments"][0])])
+            self._swap(done.manifest, done.vectors, done.dense, done.sparse, done.filters, [done.table])
             self._publish()  # running searches keep the old snapshot, files and index
             old_vec.close()
             old_dense.close()
-            self._remove_files(old_manifest, m)
+            self._remove_files(old_manifest, done.manifest)
 
     # ------------------------------------------------------------------ searching
     def search(self, vector=None, text=None, k: int = 10, tenant=None, groups=None, where=None, *, mode=None,
@@ -759,8 +539,8 @@ class Collection:
                 raise ValueError(f"search takes one vector, got {len(q)}; use search_batch")
         if text is not None and not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
-        return self._search(self._snap, q, None if text is None else [text], k, tenant, groups, where, mode,
-                            candidates, rrf_k, weights, ef, oversample, threads)[0]
+        return self._search(q, None if text is None else [text], k, tenant, groups, where, mode, candidates, rrf_k,
+                            weights, ef, oversample, threads)[0]
 
     def search_batch(self, vectors=None, texts=None, k: int = 10, tenant=None, groups=None, where=None, *,
                      mode=None, candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
@@ -773,101 +553,37 @@ class Collection:
             texts = list(texts)
             if q is not None and len(texts) != len(q):
                 raise ValueError(f"{len(q)} vectors but {len(texts)} texts")
-        return self._search(self._snap, q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef,
-                            oversample, threads)
+        return self._search(q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
+                            threads)
 
     def search_rows(self, vectors, k: int = 10, tenant=None, groups=None, where=None, ef=None, oversample=None,
                     threads: int = 0):
         """Dense search returning (rows int64, scores float32) arrays, pad -1 (for benchmarks)."""
         snap = self._snap
         q = as_vectors(vectors, "vectors", dim=self.dim)
-        allow = self._allow(snap, tenant, groups, where)
-        return self._dense_rows(snap, q, check_k(k), allow, ef, oversample, threads)
+        req = cascade.request(q, None, k, "dense", ef=ef, oversample=oversample, threads=threads)
+        return cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where)).dense
 
-    def _allow(self, snap, tenant, groups, where) -> BitMap:
+    def _allow(self, snap, tenant, groups, where):
         if self._closed:
             raise VecsiftError("the collection is closed")
-        return snap.filters.allow(snap.live, tenant, groups, where)  # before anything is scored
+        return snap.allow(tenant, groups, where)  # before anything is scored
 
-    def _search(self, snap, q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
+    def _search(self, q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
                 threads):
-        k = check_k(k)
-        if mode is None:
-            if q is None and texts is None:
-                raise ValueError("search needs vector=... and/or text=...")
-            mode = "hybrid" if q is not None and texts is not None else ("dense" if q is not None else "sparse")
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if mode in ("dense", "hybrid") and q is None:
-            raise ValueError(f"mode={mode!r} needs vector=...")
-        if mode in ("sparse", "hybrid") and texts is None:
-            raise ValueError(f"mode={mode!r} needs text=...")
-        if texts is not None and not all(isinstance(t, str) for t in texts):
-            raise TypeError("text queries must be strings")
-        allow = self._allow(snap, tenant, groups, where)
-        if mode == "dense":
-            rows, scores = self._dense_rows(snap, q, k, allow, ef, oversample, threads)
-            return snap.hits.build_dense(rows, scores)
-        nq = len(texts)
-        if mode == "sparse":
-            out = []
-            for t in texts:
-                rows, scores = self._sparse_rows(snap, t, k, allow)
-                out.append(snap.hits.build(rows, scores.tolist(), sparse_ranks=list(range(1, len(rows) + 1))))
-            return out
-        c = check_k(candidates)
-        if c < k:
-            raise ValueError(f"candidates ({c}) must be >= k ({k})")
-        from vecsift.text.fusion import rrf
-
-        sparse = lambda: [self._sparse_rows(snap, t, c, allow)[0] for t in texts]  # noqa: E731
-        if threads == 1 or nq < HYBRID_PARALLEL_MIN:
-            slists = sparse()
-            drows, _ = self._dense_rows(snap, q, c, allow, ef, oversample, threads)
-        else:  # BM25 (numba, GIL released) on a helper thread while the dense stage runs here
-            pending = _pool().submit(sparse)
-            drows, _ = self._dense_rows(snap, q, c, allow, ef, oversample, threads)
-            slists = pending.result()
+        snap = self._snap
+        req = cascade.request(q, texts, k, mode, candidates, rrf_k, weights, ef, oversample, threads)
+        lists = cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where))
+        if req.mode == "dense":
+            return snap.hits.build_dense(*lists.dense)
+        if req.mode == "sparse":
+            return [snap.hits.build(rows, scores.tolist(), sparse_ranks=list(range(1, len(rows) + 1)))
+                    for rows, scores in lists.sparse]
         out = []
-        for i in range(nq):
-            ids, fused, ranks = rrf([drows[i], slists[i]], k=rrf_k, weights=weights, top_n=k, return_ranks=True)
+        for ids, fused, ranks in cascade.fuse(req, lists):
             dense_ranks, sparse_ranks = ([r or None for r in col] for col in ranks.T.tolist())
             out.append(snap.hits.build(ids, fused.tolist(), dense_ranks, sparse_ranks))
         return out
-
-    def _sparse_rows(self, snap, text, k, allow):
-        # allow never holds rows past snap.n, so rows a commit in progress has indexed stay out;
-        # the unfiltered allow (snap.live, frozen) is turned into BM25's mask once per snapshot
-        if len(allow) == 0:
-            return np.empty(0, np.int64), np.empty(0, np.float32)
-        return snap.sparse.search(text, k, allow)
-
-    def _dense_rows(self, snap, q, k, allow, ef, oversample, threads):
-        threads = check_threads(threads)
-        if oversample is not None and (isinstance(oversample, bool) or int(oversample) < 1):
-            raise ValueError(f"oversample must be an integer >= 1, got {oversample!r}")
-        if self.metric == "cosine":
-            norms = np.linalg.norm(q, axis=1, keepdims=True)
-            q = q / np.where(norms > 0, norms, 1).astype(np.float32)
-        n_allowed = len(allow)
-        nq = len(q)
-        if n_allowed == 0 or nq == 0:
-            return np.full((nq, k), -1, np.int64), np.full((nq, k), -np.inf, np.float32)
-        defaults = self._manifest.get("search_defaults") or {}
-        if oversample is None:
-            oversample = defaults.get("oversample")
-        if ef is None:
-            ef = defaults.get("ef")
-        over = getattr(snap.dense, "oversample", 1) if oversample is None else int(oversample)
-        if snap.dense.kind != "bq":
-            over = 1
-        if n_allowed <= max(k * over, EXACT_BELOW):
-            # a very selective filter: score every allowed row exactly
-            return exact_rows(snap.vectors, q, rows_of(allow), k, self.metric, threads)
-        with self._rw.read():
-            clip = not (allow is snap.live and snap.full and snap.dense.size == snap.n and not snap.dense.growing)
-            return snap.dense.search(snap.vectors, q, k, allow if clip else None, n_allowed, ef=ef,
-                                     oversample=oversample, threads=threads)
 
     def __repr__(self) -> str:
         return (f"<vecsift.Collection {self._path!r} dim={self.dim} metric={self.metric} index={self.index} "

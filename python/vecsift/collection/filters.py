@@ -12,12 +12,14 @@ rows below a snapshot's row count never changes; clipping by the snapshot's
 ``live`` bitmap (committed rows minus deleted) makes every search see exactly
 its snapshot even while the writer indexes new rows.
 
-Filter values compare as strings (pyarrow's cast to string): where={"year": 2024}
-matches a stored 2024 and a stored "2024".
+Each filter field has a kind (number, datetime, string, bool) fixed by the
+first values it sees and recorded in the blob; where.py is the language and
+field_index.py how each field answers it (ranges from sorted columns).
+Blobs written before kinds existed (string keys only) are read and their kinds
+inferred from the keys.
 """
 from __future__ import annotations
 
-import array
 import json
 import struct
 
@@ -26,12 +28,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap, FrozenBitMap
 
+from vecsift.collection import where as where_lang
+from vecsift.collection.field_index import _SORTED, FieldIndex, bitmap_of, index_keys, micros, normalise
 from vecsift.errors import CorruptIndexError
 
-
-def bitmap_of(rows: np.ndarray) -> BitMap:
-    """BitMap from a numpy array of row ids (the buffer path is ~20x faster than iterating)."""
-    return BitMap(array.array("I", np.ascontiguousarray(rows, dtype=np.uint32).tobytes()))
+__all__ = ["Filters", "as_keys", "bitmap_of", "rows_of"]
 
 
 def rows_of(bm: BitMap) -> np.ndarray:
@@ -39,35 +40,13 @@ def rows_of(bm: BitMap) -> np.ndarray:
 
 
 def as_keys(values) -> pa.Array:
-    """Filter values as the strings the bitmaps are keyed by."""
-    arr = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(values)
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if pa.types.is_null(arr.type):
-        return pa.nulls(len(arr), pa.string())
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.cast(arr.type.value_type)
-    return arr if pa.types.is_string(arr.type) else arr.cast(pa.string())
-
-
-def _index_into(table: dict, keys: pa.Array, rows: np.ndarray) -> None:
-    """table[key] |= rows having that key; one numpy pass, a loop over distinct keys only."""
-    if len(keys) == 0 or keys.null_count == len(keys):
-        return
-    enc = pc.dictionary_encode(keys)
-    codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-    names = enc.dictionary.to_pylist()
-    order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(-1, len(names) + 1))
-    for j, name in enumerate(names):
-        part = rows[order[bounds[j + 1]:bounds[j + 2]]]
-        if part.size:
-            bm = table.get(name)
-            table[name] = bitmap_of(part) if bm is None else bm | bitmap_of(part)
+    """A filter field's column as Filters.add_rows takes it (typed: see field_index.normalise)."""
+    return normalise(values)
 
 
 # Filter results kept per snapshot (each a frozen bitmap of at most the snapshot's rows).
 _ALLOW_KEPT = 64
+_VERSION = 2
 
 
 class Filters:
@@ -77,32 +56,42 @@ class Filters:
         self.fields = list(fields)
         self.tenants: dict[str, BitMap] = {}
         self.groups: dict[str, BitMap] = {}
-        self.values: dict[str, dict[str, BitMap]] = {f: {} for f in self.fields}
+        self.index: dict[str, FieldIndex] = {f: FieldIndex(f) for f in self.fields}
         self.deleted = BitMap()  # replaced, never mutated: snapshots hold the old object
         self.has_tenants = False
         self.has_acl = False
         self._allow_cache = (None, {})  # (live bitmap, {filter: allowed rows})
 
+    @property
+    def kinds(self) -> dict:
+        """{field: "number" | "datetime" | "string" | "bool" | None (no value seen yet)}."""
+        return {f: ix.kind for f, ix in self.index.items()}
+
     def add_rows(self, start: int, tenant: pa.Array, acl: pa.Array, fields: dict) -> None:
-        """Indexes rows start..start+len(tenant)-1. tenant: strings, acl: list<string>."""
+        """Indexes rows start..start+len(tenant)-1. tenant: strings, acl: list<string>,
+        fields: {field: values} (scalars or lists; TypeError before any change if a field's kind differs)."""
         n = len(tenant)
+        cols = {f: normalise(fields[f]) for f in self.fields}
+        for f, col in cols.items():
+            self.index[f].check(col)
         rows = np.arange(start, start + n, dtype=np.int64)
         if tenant.null_count < n:
             self.has_tenants = True
-            _index_into(self.tenants, tenant, rows)
+            index_keys(self.tenants, tenant, rows)
         if acl.null_count < n:
             self.has_acl = True
             flat = pc.list_flatten(acl)
             parents = pc.list_parent_indices(acl).to_numpy(zero_copy_only=False).astype(np.int64)
-            _index_into(self.groups, flat, rows[parents])
-        for f in self.fields:
-            _index_into(self.values[f], as_keys(fields[f]), rows)
+            index_keys(self.groups, flat, rows[parents])
+        for f, col in cols.items():
+            self.index[f].add(col, rows)
 
     def delete(self, rows: BitMap) -> None:
         self.deleted = self.deleted | rows
 
     def allow(self, live, tenant=None, groups=None, where=None):
-        """The rows a search may score. Raises on a missing tenant/groups or an unknown field.
+        """The rows a search may score. Raises on a missing tenant/groups, an unknown field or
+        operator, or a value of the wrong type (see where.py for the language).
 
         live is the snapshot's frozen bitmap; the result is frozen too, and the
         same object for the same filter while live is the same (recent filters
@@ -113,15 +102,8 @@ class Filters:
         if self.has_acl and groups is None:
             raise ValueError("this collection has access control lists: search(groups=[...]) is required")
         names = None if groups is None else [str(groups)] if isinstance(groups, str) else [str(g) for g in groups]
-        conditions = []
-        for field, want in (where or {}).items():
-            if field not in self.values:
-                raise ValueError(f"where: unknown filter field {field!r}; filter_fields are {self.fields}")
-            wanted = list(want) if isinstance(want, (list, tuple, set, frozenset)) else [want]
-            keys = as_keys(pa.array(wanted)).to_pylist() if wanted else []
-            conditions.append((field, tuple(sorted({k for k in keys if k is not None}))))
-        key = (None if tenant is None else str(tenant), None if names is None else tuple(sorted(set(names))),
-               tuple(sorted(conditions)))
+        tree = where_lang.parse(where, self.index)
+        key = (None if tenant is None else str(tenant), None if names is None else tuple(sorted(set(names))), tree)
         cached_live, cache = self._allow_cache
         if cached_live is live:
             hit = cache.get(key)
@@ -136,44 +118,48 @@ class Filters:
         cache[key] = out
         return out
 
-    def _compute_allow(self, live, tenant, groups, conditions):
+    def _compute_allow(self, live, tenant, groups, tree):
         parts = []
         if self.has_tenants or tenant is not None:
             # no chunk belongs to any tenant: an unknown tenant sees nothing
             parts.append(self.tenants.get(tenant, BitMap()) if self.has_tenants else BitMap())
         if self.has_acl:
             parts.append(BitMap.union(*[self.groups.get(g, BitMap()) for g in groups]) if groups else BitMap())
-        for field, keys in conditions:
-            table = self.values[field]
-            parts.append(BitMap.union(*[table.get(k, BitMap()) for k in keys]) if keys else BitMap())
         out = live
         for p in sorted(parts, key=len):  # smallest first keeps intersections cheap
             out = out & p
             if not out:
                 break
+        if tree != where_lang.TRUE and out:
+            out = where_lang.evaluate(tree, self.index, out if isinstance(out, BitMap) else BitMap(out))
         return out if isinstance(out, FrozenBitMap) else FrozenBitMap(out)
 
-    # persistence: json directory + concatenated roaring serialisations
+    # persistence: json directory + concatenated roaring serialisations and sorted columns
     def to_bytes(self) -> bytes:
         blobs, entries, off = [], [], 0
 
-        def put(kind, field, key, bm):
+        def put(kind, field, key, b):
             nonlocal off
-            b = bm.serialize()
             entries.append([kind, field, key, off, len(b)])
             blobs.append(b)
             off += len(b)
 
         for k, bm in self.tenants.items():
-            put("t", None, k, bm)
+            put("t", None, k, bm.serialize())
         for k, bm in self.groups.items():
-            put("g", None, k, bm)
-        for f, table in self.values.items():
-            for k, bm in table.items():
-                put("v", f, k, bm)
-        put("d", None, None, self.deleted)
-        head = json.dumps({"fields": self.fields, "has_tenants": self.has_tenants, "has_acl": self.has_acl,
-                           "entries": entries}).encode()
+            put("g", None, k, bm.serialize())
+        kinds = {}
+        for f, ix in self.index.items():
+            kinds[f] = [ix.kind, ix.from_strings]
+            for k, bm in ix.keys.items():
+                put("v", f, k, bm.serialize())
+            put("p", f, None, ix.present.serialize())
+            run = ix.compacted_runs()
+            if run is not None:  # values then their rows (uint32)
+                put("s", f, len(run[0]), run[0].tobytes() + run[1].astype(np.uint32).tobytes())
+        put("d", None, None, self.deleted.serialize())
+        head = json.dumps({"version": _VERSION, "fields": self.fields, "kinds": kinds,
+                           "has_tenants": self.has_tenants, "has_acl": self.has_acl, "entries": entries}).encode()
         return struct.pack("<Q", len(head)) + head + b"".join(blobs)
 
     @classmethod
@@ -184,18 +170,62 @@ class Filters:
             body = data[8 + hl:]
             self = cls(head["fields"])
             self.has_tenants, self.has_acl = bool(head["has_tenants"]), bool(head["has_acl"])
+            kinds = head.get("kinds")
+            for f, (kind, from_strings) in (kinds or {}).items():
+                self.index[f].kind, self.index[f].from_strings = kind, bool(from_strings)
             for kind, field, key, off, length in head["entries"]:
-                bm = BitMap.deserialize(bytes(body[off:off + length]))
+                raw = bytes(body[off:off + length])
                 if kind == "t":
-                    self.tenants[key] = bm
+                    self.tenants[key] = BitMap.deserialize(raw)
                 elif kind == "g":
-                    self.groups[key] = bm
+                    self.groups[key] = BitMap.deserialize(raw)
                 elif kind == "v":
-                    self.values[field][key] = bm
+                    self.index[field].keys[key] = BitMap.deserialize(raw)
+                elif kind == "p":
+                    self.index[field].present = BitMap.deserialize(raw)
+                elif kind == "s":
+                    ix = self.index[field]
+                    dtype = _SORTED[ix.kind]
+                    if length != key * (np.dtype(dtype).itemsize + 4):
+                        raise ValueError(f"sorted column of {field!r} has {length} bytes for {key} values")
+                    values = np.frombuffer(raw, dtype, key)
+                    rows = np.frombuffer(raw, np.uint32, key, offset=key * np.dtype(dtype).itemsize)
+                    ix.runs = ((values, rows),)
                 elif kind == "d":
-                    self.deleted = bm
+                    self.deleted = BitMap.deserialize(raw)
                 else:
                     raise ValueError(f"unknown entry kind {kind!r}")
+            if kinds is None:
+                for ix in self.index.values():
+                    _infer_from_keys(ix)
         except (ValueError, KeyError, TypeError, struct.error) as exc:
             raise CorruptIndexError(f"{name}: unreadable filter bitmaps: {exc}") from None
         return self
+
+
+def _infer_from_keys(ix: FieldIndex) -> None:
+    """A field of a blob from before kinds: its values were stored as strings (pyarrow casts)."""
+    keys = list(ix.keys)
+    ix.present = BitMap.union(BitMap(), *ix.keys.values())
+    if not keys:
+        return
+    if set(keys) <= {"true", "false"}:
+        ix.kind = "bool"
+        return
+    try:
+        values = np.array([float(k) for k in keys])
+        kind = "number"
+    except ValueError:
+        try:
+            values = np.array([micros(k) for k in keys], dtype=np.int64)
+            kind = "datetime"
+        except (ValueError, TypeError, OverflowError):
+            ix.kind = "string"
+            return
+    sizes = [len(ix.keys[k]) for k in keys]
+    rows = np.concatenate([np.frombuffer(ix.keys[k].to_array(), np.uint32) for k in keys])
+    ix.kind, ix.from_strings = kind, kind == "datetime"
+    ix.runs = ()
+    ix._append(np.repeat(values, sizes), rows)
+    if kind == "number":
+        ix.keys = {}

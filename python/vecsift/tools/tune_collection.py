@@ -36,39 +36,40 @@ class CollectionTuneResult(TuneResult):
 
 def tune_collection(coll, target=0.95, k=10, n_queries=500, queries_file=None, seed=0, quiet=False):
     name = "ef" if coll.index == "hnsw" else "oversample"
+    snap = coll.snapshot()  # one consistent state for the whole run (public read API)
     if queries_file is not None:
         queries = np.load(queries_file)
         queries = queries.reshape(1, -1) if queries.ndim == 1 else queries
         own = None
     else:
-        own, queries = coll._sample_rows(n_queries, seed)
+        own, queries = snap.sample_rows(n_queries, seed)
     if len(queries) == 0:
         raise ValueError("the collection has no rows to tune on")
     if own is None:
-        truth = coll._exact_all(queries, k)[0]
-        search = lambda p: coll._search_all(queries, k, **{name: p})[0]  # noqa: E731
+        truth = snap.exact(queries, k)[0]
+        search = lambda p: snap.search_dense(queries, k, **{name: p})[0]  # noqa: E731
     elif name == "ef":
-        graph = _held_out_graph(coll, own, quiet)
-        truth = coll._exact_all(queries, k, exclude=own)[0]
+        graph = _held_out_graph(coll, snap, own, quiet)
+        truth = snap.exact(queries, k, exclude=own)[0]
         search = lambda p: graph.search(queries, k, ef=p)[0]  # noqa: E731
     else:
-        n_folds = max(1, int(np.ceil(len(own) / max(1.0, 0.01 * len(coll)))))
+        n_folds = max(1, int(np.ceil(len(own) / max(1.0, 0.01 * len(snap.live)))))
         folds = [(own[f::n_folds], queries[f::n_folds]) for f in range(n_folds)]
-        truth = np.concatenate([coll._exact_all(q, k, exclude=ex)[0] for ex, q in folds])
+        truth = np.concatenate([snap.exact(q, k, exclude=ex)[0] for ex, q in folds])
         search = lambda p: np.concatenate(  # noqa: E731
-            [coll._search_all(q, k, exclude=ex, oversample=p)[0] for ex, q in folds])
+            [snap.search_dense(q, k, exclude=ex, oversample=p)[0] for ex, q in folds])
 
     low = k if name == "ef" else 1
     res = tune(search, truth, k, target, low, LIMITS[name])
     return CollectionTuneResult(res.param, res.target, res.curve, name=name, limit=LIMITS[name])
 
 
-def _held_out_graph(coll, held_out, quiet):
+def _held_out_graph(coll, snap, held_out, quiet):
     """An HNSW graph with the collection's parameters over its live rows minus held_out (labels = rows)."""
     from vecsift.index.hnsw import HNSWIndex
     from vecsift.tools.progress import progress_bar
-    rows, vectors = coll._live_vectors()
-    keep = np.setdiff1d(rows, held_out)
+    keep = np.setdiff1d(snap.rows(), held_out)
+    vectors = snap.vectors
     p = coll.index_params
     graph = HNSWIndex(coll.dim, metric=coll.metric, m=p.get("m", 16), ef_construction=p.get("ef_construction", 200),
                       seed=p.get("seed", 0))

@@ -1,0 +1,178 @@
+"""The search cascade as functions of (snapshot, request, allow set).
+
+    allow   = snapshot.allow(tenant, groups, where)      filters.py, before anything is scored
+    lists   = retrieve(snapshot, request, allow)         per retriever: dense (rows, scores) and/or
+                                                         one (rows, scores) BM25 list per text
+    fused   = fuse(request, lists)                       RRF of the two lists (hybrid)
+
+Rows are the snapshot's row numbers. retrieve() is what a shard runs: its
+outputs are plain arrays, so lists from several snapshots can be merged per
+retriever (by score) and fused; the Collection facade turns rows into Hits.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from vecsift._arrays import check_k, check_threads, unit_rows
+from vecsift.collection.filters import rows_of
+from vecsift.collection.stages.dense import exact_rows
+from vecsift.index.planner import scan_exactly
+
+MODES = ("dense", "sparse", "hybrid")
+# Hybrid batches at least this large run BM25 on a helper thread beside the dense stage.
+# Measured (bench_collection_sparse.py): the helper is slower for one query, a toss-up
+# at 2 (5% slower in one run, 9% faster in another), 27-38% faster from 8 on.
+HYBRID_PARALLEL_MIN = 8
+
+
+@dataclass(frozen=True)
+class Request:
+    """A checked search request (request() builds one)."""
+    vectors: np.ndarray | None  # (nq, dim) float32, not yet normalised
+    texts: list | None
+    k: int
+    mode: str
+    candidates: int  # per retriever, hybrid only
+    rrf_k: float = 60
+    weights: object = None
+    ef: int | None = None
+    oversample: int | None = None
+    threads: int = 0
+
+    @property
+    def n_queries(self) -> int:
+        return len(self.vectors) if self.vectors is not None else len(self.texts)
+
+
+def request(vectors, texts, k, mode=None, candidates=100, rrf_k=60, weights=None, ef=None, oversample=None,
+            threads=0) -> Request:
+    """Checks the arguments of a search and infers the mode (hybrid when both vectors and texts are given)."""
+    k = check_k(k)
+    if mode is None:
+        if vectors is None and texts is None:
+            raise ValueError("search needs vector=... and/or text=...")
+        mode = "hybrid" if vectors is not None and texts is not None else ("dense" if vectors is not None
+                                                                            else "sparse")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode in ("dense", "hybrid") and vectors is None:
+        raise ValueError(f"mode={mode!r} needs vector=...")
+    if mode in ("sparse", "hybrid") and texts is None:
+        raise ValueError(f"mode={mode!r} needs text=...")
+    if texts is not None and not all(isinstance(t, str) for t in texts):
+        raise TypeError("text queries must be strings")
+    c = k
+    if mode == "hybrid":
+        c = check_k(candidates)
+        if c < k:
+            raise ValueError(f"candidates ({c}) must be >= k ({k})")
+    return Request(vectors, texts, k, mode, c, rrf_k, weights, ef, oversample, threads)
+
+
+@dataclass
+class Lists:
+    """Candidate lists of one request: dense (rows (nq, c) int64, scores float32, pad -1) and sparse
+    (one (rows, scores) pair per text), None for a retriever the mode does not use."""
+    dense: tuple | None = None
+    sparse: list | None = None
+
+
+def retrieve(snap, req: Request, allow) -> Lists:
+    """Runs the retrievers of req.mode over the allowed rows of snap."""
+    if req.mode == "dense":
+        return Lists(dense=dense_rows(snap, req.vectors, req.k, allow, req.ef, req.oversample, req.threads))
+    c = req.candidates if req.mode == "hybrid" else req.k
+    sparse = lambda: [sparse_rows(snap, t, c, allow) for t in req.texts]  # noqa: E731
+    if req.mode == "sparse":
+        return Lists(sparse=sparse())
+    if req.threads == 1 or len(req.texts) < HYBRID_PARALLEL_MIN:
+        slists = sparse()
+        dense = dense_rows(snap, req.vectors, c, allow, req.ef, req.oversample, req.threads)
+    else:  # BM25 (numba, GIL released) on a helper thread while the dense stage runs here
+        pending = _pool().submit(sparse)
+        dense = dense_rows(snap, req.vectors, c, allow, req.ef, req.oversample, req.threads)
+        slists = pending.result()
+    return Lists(dense=dense, sparse=slists)
+
+
+def fuse(req: Request, lists: Lists) -> list:
+    """Hybrid: per query (rows, rrf scores, dense ranks, sparse ranks) of the top k, ranks 1-based or 0."""
+    from vecsift.text.fusion import rrf
+
+    out = []
+    drows = lists.dense[0]
+    for i, (srows, _) in enumerate(lists.sparse):
+        out.append(rrf([drows[i], srows], k=req.rrf_k, weights=req.weights, top_n=req.k, return_ranks=True))
+    return out
+
+
+def sparse_rows(snap, text, k, allow):
+    # allow never holds rows past snap.n, so rows a commit in progress has indexed stay out;
+    # the unfiltered allow (snap.live, frozen) is turned into BM25's mask once per snapshot
+    if len(allow) == 0:
+        return np.empty(0, np.int64), np.empty(0, np.float32)
+    return snap.sparse.search(text, k, allow)
+
+
+def _no_rows(nq, k):
+    return np.full((nq, k), -1, np.int64), np.full((nq, k), -np.inf, np.float32)
+
+
+def dense_rows(snap, q, k, allow, ef, oversample, threads):
+    """Dense top-k (rows, similarities) of each query over the allowed rows: exact scan or the index."""
+    threads = check_threads(threads)
+    if oversample is not None and (isinstance(oversample, bool) or int(oversample) < 1):
+        raise ValueError(f"oversample must be an integer >= 1, got {oversample!r}")
+    if snap.metric == "cosine":
+        q = unit_rows(q)  # rows are stored unit length
+    n_allowed = len(allow)
+    nq = len(q)
+    if n_allowed == 0 or nq == 0:
+        return _no_rows(nq, k)
+    if oversample is None:
+        oversample = snap.defaults.get("oversample")
+    if ef is None:
+        ef = snap.defaults.get("ef")
+    over = getattr(snap.dense, "oversample", 1) if oversample is None else int(oversample)
+    if snap.dense.kind != "bq":
+        over = 1
+    if scan_exactly(n_allowed, k * over):
+        return exact_rows(snap.vectors, q, rows_of(allow), k, snap.metric, threads)
+    with snap.lock.read():
+        clip = not (allow is snap.live and snap.full and snap.dense.size == snap.n and not snap.dense.growing)
+        return snap.dense.search(snap.vectors, q, k, allow if clip else None, n_allowed, ef=ef,
+                                 oversample=oversample, threads=threads)
+
+
+def exact_all(snap, q, k, allow=None):
+    """Exact top-k over `allow` (default: every live row), read with one sequential pass."""
+    from vecsift.index.flat import exact_search
+
+    if snap.n == 0:
+        return _no_rows(len(q), k)
+    metric = "ip" if snap.metric == "cosine" else snap.metric  # rows are stored unit length
+    if snap.metric == "cosine":
+        q = unit_rows(q)
+    if allow is None and not snap.full:
+        allow = snap.live
+    return exact_search(snap.scan_vectors, q, k, metric, allow=allow)
+
+
+_POOL = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool():
+    """Helper threads for the sparse half of hybrid searches (created on first use)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _POOL = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)),
+                                       thread_name_prefix="vecsift-sparse")
+    return _POOL
