@@ -622,6 +622,11 @@ class ShardedCollection:
     def __len__(self) -> int:
         return self.info()["rows"]
 
+    def ids(self) -> list:
+        """Ids of the searchable chunks, shard by shard (primaries)."""
+        self._live()
+        return [i for part in self._on_every_primary("ids", deadline=120) for i in part]
+
     def __repr__(self) -> str:
         return (f"<vecsift.distributed.ShardedCollection {self._path!r} shards={self.n_shards} "
                 f"replicas={self._m['replicas']} routing={self.routing} generation={self._gen}>")

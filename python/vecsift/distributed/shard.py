@@ -80,6 +80,9 @@ class _Serving:
             return self.gen, [{"n": 0, "total_len": 0, "df": {}} for _ in texts]
         return self.gen, self.col.bm25_statistics(texts, **scope)
 
+    def ids(self):
+        return [] if self.col is None else self.col.ids()
+
     def info(self):
         info = {} if self.col is None else self.col.info()
         return dict(info, cluster_generation=self.gen, pid=os.getpid())
