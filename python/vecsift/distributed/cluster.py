@@ -465,12 +465,14 @@ class ShardedCollection:
     # ------------------------------------------------------------------ searching
     def search(self, vector=None, text=None, k: int = 10, tenant=None, groups=None, where=None, *, mode=None,
                candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
-               allow_partial: bool = False, timeout: float | None = None) -> SearchResult:
+               allow_partial: bool = False, timeout: float | None = None,
+               threads: int | None = None) -> SearchResult:
         """Top-k hits over all shards, as Collection.search (same scores: BM25 uses global statistics).
 
         Fails closed: a shard that cannot answer within `timeout` seconds raises
         ShardUnavailableError, unless allow_partial=True, which returns what the
-        others found with result.partial and result.missing_shards set."""
+        others found with result.partial and result.missing_shards set. threads: per
+        shard (default 1: the shards are the parallelism)."""
         if text is not None and not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
         q = None
@@ -479,11 +481,11 @@ class ShardedCollection:
             if len(q) != 1:
                 raise ValueError(f"search takes one vector, got {len(q)}; use search_batch")
         return self._search(q, None if text is None else [text], k, tenant, groups, where, mode, candidates,
-                            rrf_k, weights, ef, oversample, allow_partial, timeout)[0]
+                            rrf_k, weights, ef, oversample, allow_partial, timeout, threads)[0]
 
     def search_batch(self, vectors=None, texts=None, k: int = 10, tenant=None, groups=None, where=None, *,
                      mode=None, candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
-                     allow_partial: bool = False, timeout: float | None = None) -> list:
+                     allow_partial: bool = False, timeout: float | None = None, threads: int | None = None) -> list:
         """search() for many queries in one scatter/gather; one SearchResult per query."""
         q = None if vectors is None else _vectors(vectors, self.dim, "vectors")
         if texts is not None:
@@ -495,10 +497,10 @@ class ShardedCollection:
             if q is not None and len(texts) != len(q):
                 raise ValueError(f"{len(q)} vectors but {len(texts)} texts")
         return self._search(q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
-                            allow_partial, timeout)
+                            allow_partial, timeout, threads)
 
     def _search(self, q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
-                allow_partial, timeout):
+                allow_partial, timeout, threads=None):
         self._live()
         k = _check_k(k)
         if mode is None:
@@ -523,7 +525,9 @@ class ShardedCollection:
         if self._m["has_acl"] and groups is None:
             raise ValueError("this collection has access control lists: search(groups=[...]) is required")
         scope = {"tenant": tenant, "groups": groups, "where": where}
+        # one thread a shard: the shards are the parallelism (their kernels would oversubscribe the cores)
         opts = {n: v for n, v in (("ef", ef), ("oversample", oversample)) if v is not None}
+        opts["threads"] = 1 if threads is None else threads
         timeout = self._timeout if timeout is None else float(timeout)
         nq = len(q) if q is not None else len(texts)
         with self._rw.read():
