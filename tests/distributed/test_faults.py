@@ -90,7 +90,7 @@ def test_kill_mid_commit_loses_no_committed_row(plain):
     rng = np.random.default_rng(5)
     expected = sc.info()["rows"]
     committed = []
-    for round_ in range(4):
+    for round_ in range(3):
         new_ids = [f"kill{round_}-{i}" for i in range(60)]
         vecs = rng.standard_normal((60, DIM)).astype(np.float32)
         sc.add(new_ids, vecs)

@@ -197,10 +197,10 @@ def test_tenant_rules_hold(tenants):
 
 def test_ingest_parquet_through_ray_data(ray_cluster, tmp_path):
     pytest.importorskip("pandas", reason="Ray Data needs pandas (ray[data])")
-    ids, x, texts, tn = corpus(900, DIM, seed=31, tenants=["a", "b", "c"])
+    ids, x, texts, tn = corpus(300, DIM, seed=31, tenants=["a", "b", "c"])
     table = pa.table({"id": ids, "text": texts, "tenant": tn})
-    for i in range(3):
-        pq.write_table(table.slice(i * 300, 300), tmp_path / f"part-{i}.parquet")
+    for i in range(2):
+        pq.write_table(table.slice(i * 150, 150), tmp_path / f"part-{i}.parquet")
     rng = np.random.default_rng(0)
     proj = rng.standard_normal((len(conftest_words()), DIM)).astype(np.float32)
 
@@ -212,12 +212,12 @@ def test_ingest_parquet_through_ray_data(ray_cluster, tmp_path):
         return out
 
     sc = ShardedCollection.create(tmp_path / "sc", DIM, "cosine", shards=3, routing="tenant")
-    assert ingest_parquet(sc, [str(tmp_path / f"part-{i}.parquet") for i in range(3)], embed=embed,
-                          batch_size=128) == 900
+    assert ingest_parquet(sc, [str(tmp_path / f"part-{i}.parquet") for i in range(2)], embed=embed,
+                          batch_size=150) == 300
     single = vecsift.Collection.create(tmp_path / "single", DIM, "cosine")
     single.add(ids, embed(texts), texts=texts, tenant=tn)
     single.commit()
-    assert sc.info()["rows"] == 900
+    assert sc.info()["rows"] == 300
     assert sorted(len(sc.tenant_shards(t)) for t in "abc") == [1, 1, 1]
     q = embed(["w1 w2 w3"])[0]
     for t in "abc":
