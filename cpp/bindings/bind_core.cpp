@@ -7,28 +7,14 @@
 #include "vecsift/index/binary_index.hpp"
 #include "vecsift/kernels/distance.hpp"
 #include "vecsift/index/flat.hpp"
+#include "vecsift/index/planner.hpp"
+#include "vecsift/io/checksum.hpp"
 #include "vecsift/kernels/parallel.hpp"
+#include "vecsift/kernels/read_probe.hpp"
 
 using namespace vecsift;
 
 namespace {
-
-__attribute__((target("avx2"))) uint64_t read_probe(const uint8_t* p, size_t n) {
-  __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-  size_t i = 0;
-  for (; i + 128 <= n; i += 128) {
-    acc0 = _mm256_or_si256(acc0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
-    acc1 = _mm256_or_si256(acc1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
-    acc2 = _mm256_or_si256(acc2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
-    acc3 = _mm256_or_si256(acc3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
-  }
-  acc0 = _mm256_or_si256(_mm256_or_si256(acc0, acc1), _mm256_or_si256(acc2, acc3));
-  alignas(32) uint64_t lanes[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc0);
-  uint64_t r = lanes[0] | lanes[1] | lanes[2] | lanes[3];
-  for (; i < n; ++i) r |= p[i];
-  return r;
-}
 
 py::dict cpu_features() {
   CpuFeatures f = detect_cpu();
@@ -107,13 +93,6 @@ F32Array distances_py(const F32Array& q, const F32Array& rows, const std::string
   return out;
 }
 
-Metric metric_arg(const std::string& metric) {
-  if (metric == "ip") return Metric::IP;
-  if (metric == "l2") return Metric::L2;
-  if (metric == "cosine") return Metric::Cosine;
-  throw py::value_error("metric must be 'ip', 'l2' or 'cosine', got '" + metric + "'");
-}
-
 py::tuple exact_search_py(const F32Array& base, const F32Array& queries, long k, const std::string& metric,
                           const std::optional<U8Array>& allow_mask, const std::optional<I64Array>& allow_ids,
                           long threads, int level) {
@@ -185,20 +164,36 @@ U8Array binary_codes_py(const BinaryIndex& index) {
 
 // Streams an array once with wide loads (OR-reduction) so benchmarks can put
 // scan speed next to this machine's single-thread read bandwidth.
-uint64_t read_probe_py(const U8Array& a) {
+uint64_t read_probe_py(const U8Array& a, int level) {
   const uint8_t* p = a.data();
   size_t n = static_cast<size_t>(a.size());
+  Level lv = level_arg(level);
   py::gil_scoped_release nogil;
-  return read_probe(p, n);
+  return read_probe(p, n, lv);
+}
+
+// CRC-32C of a buffer, continuing from a previous (final) value, like zlib.crc32.
+uint32_t crc32c_py(const py::buffer& data, uint32_t value) {
+  py::buffer_info info = data.request();
+  require(info.ndim <= 1 || info.strides.empty() || info.strides.back() == info.itemsize, "buffer must be contiguous");
+  const auto* p = static_cast<const uint8_t*>(info.ptr);
+  const size_t n = static_cast<size_t>(info.size) * static_cast<size_t>(info.itemsize);
+  py::gil_scoped_release nogil;
+  return crc32c_final(crc32c_update(crc32c_final(value), p, n));
 }
 
 }  // namespace
 
 void bind_core(py::module_& m) {
+  m.def("crc32c", &crc32c_py, py::arg("data"), py::arg("value") = 0,
+        "CRC-32C (Castagnoli) of a contiguous buffer, continuing from value (the checksum of every vecsift file).");
   m.def("cpu_features", &cpu_features, "Detected CPU features and the kernel level in use.");
   m.def("hardware_threads", &hardware_threads);
-  m.def("read_probe", &read_probe_py, py::arg("a"));
+  m.def("read_probe", &read_probe_py, py::arg("a"), py::arg("level") = -1);
   m.def("all_finite", &all_finite_py, py::arg("x"));
+  m.def("scan_exactly", &scan_exactly, py::arg("n_allowed"), py::arg("fetch"), py::arg("graph_n") = 0,
+        py::arg("ef") = 0, "The planner (index/planner.hpp): scan the allowed rows exactly rather than search?");
+  m.attr("EXACT_BELOW") = kExactBelow;
   m.def("binary_quantize", &quantize_py, py::arg("x"), py::arg("level") = -1);
   m.def("hamming_rows", &hamming_rows_py, py::arg("a"), py::arg("b"), py::arg("level") = -1);
   m.def("distances", &distances_py, py::arg("q"), py::arg("rows"), py::arg("kind"), py::arg("level") = -1);

@@ -14,20 +14,8 @@ using namespace vecsift;
 
 namespace {
 
-Metric hnsw_metric(const std::string& metric) {
-  if (metric == "ip") return Metric::IP;
-  if (metric == "l2") return Metric::L2;
-  if (metric == "cosine") return Metric::Cosine;
-  throw py::value_error("metric must be 'ip', 'l2' or 'cosine', got '" + metric + "'");
-}
-
-const char* metric_name(Metric m) {
-  switch (m) {
-    case Metric::IP: return "ip";
-    case Metric::L2: return "l2";
-    default: return "cosine";
-  }
-}
+// Calls at least this large (rows added, queries searched) poll for Ctrl-C.
+constexpr size_t kInterruptibleRows = 2048, kInterruptibleQueries = 256;
 
 void check_vectors(const F32Array& x, size_t dim, const char* name) {
   require_matrix(x, name);
@@ -36,7 +24,7 @@ void check_vectors(const F32Array& x, size_t dim, const char* name) {
                                                       std::to_string(dim));
 }
 
-void add_py(HNSWGraph& g, const F32Array& x, const std::optional<U64Array>& labels, long threads) {
+size_t add_py(HNSWGraph& g, const F32Array& x, const std::optional<U64Array>& labels, long threads) {
   check_vectors(x, g.dim(), "vectors");
   const size_t m = x.shape(0);
   const uint64_t* pl = nullptr;
@@ -47,13 +35,22 @@ void add_py(HNSWGraph& g, const F32Array& x, const std::optional<U64Array>& labe
   }
   const float* px = x.data();
   size_t nt = resolve_threads(threads);
-  py::gil_scoped_release nogil;
-  require(all_finite(px, m * g.dim()), "vectors contain NaN or infinite values");
-  g.add(px, m, pl, nt);
+  bool finite;
+  {
+    py::gil_scoped_release nogil;
+    finite = all_finite(px, m * g.dim());
+  }
+  require(finite, "vectors contain NaN or infinite values");
+  // Large adds run interruptibly: a Ctrl-C keeps the rows already linked (a prefix) and drops the rest.
+  if (m < kInterruptibleRows) {
+    py::gil_scoped_release nogil;
+    return g.add(px, m, pl, nt);
+  }
+  return run_interruptible([&](const std::atomic<bool>* cancel) { return g.add(px, m, pl, nt, cancel); });
 }
 
 py::tuple search_py(const HNSWGraph& g, const F32Array& q, long k, long ef, const std::optional<U8Array>& mask,
-                    const std::optional<I64Array>& allow_labels, long threads, int filter_mode) {
+                    const std::optional<I64Array>& allow_labels, long threads, int filter_mode, bool stats) {
   check_vectors(q, g.dim(), "queries");
   require(k > 0, "k must be positive");
   if (ef <= 0) ef = static_cast<long>(g.ef_search());
@@ -74,11 +71,29 @@ py::tuple search_py(const HNSWGraph& g, const F32Array& q, long k, long ef, cons
   int64_t* pl = labels.mutable_data();
   float* ps = scores.mutable_data();
   size_t nt = resolve_threads(threads);
+  py::array_t<uint64_t> st;
+  uint64_t* pst = nullptr;
+  if (stats) {
+    st = py::array_t<uint64_t>({nq, size_t{3}});
+    pst = st.mutable_data();
+  }
+  bool finite;
   {
     py::gil_scoped_release nogil;
-    require(all_finite(pq, nq * g.dim()), "queries contain NaN or infinite values");
-    g.search(pq, nq, static_cast<size_t>(k), static_cast<size_t>(ef), allow, nt, pl, ps, filter_mode);
+    finite = all_finite(pq, nq * g.dim());
   }
+  require(finite, "queries contain NaN or infinite values");
+  auto run = [&](const std::atomic<bool>* cancel) {
+    g.search(pq, nq, static_cast<size_t>(k), static_cast<size_t>(ef), allow, nt, pl, ps, filter_mode, pst, cancel);
+    return 0;
+  };
+  if (nq < kInterruptibleQueries) {
+    py::gil_scoped_release nogil;
+    run(nullptr);
+  } else {
+    run_interruptible(run);
+  }
+  if (stats) return py::make_tuple(labels, scores, st);
   return py::make_tuple(labels, scores);
 }
 
@@ -112,7 +127,7 @@ void bind_hnsw(py::module_& m) {
 
   py::class_<HNSWGraph>(m, "HNSW")
       .def(py::init([](size_t dim, const std::string& metric, size_t mm, size_t efc, uint64_t seed) {
-             return new HNSWGraph(dim, hnsw_metric(metric), mm, efc, seed);
+             return new HNSWGraph(dim, metric_arg(metric), mm, efc, seed);
            }),
            py::arg("dim"), py::arg("metric"), py::arg("m"), py::arg("ef_construction"), py::arg("seed"))
       .def_property_readonly("dim", &HNSWGraph::dim)
@@ -137,7 +152,7 @@ void bind_hnsw(py::module_& m) {
            })
       .def("add", &add_py, py::arg("vectors"), py::arg("labels"), py::arg("threads"))
       .def("search", &search_py, py::arg("queries"), py::arg("k"), py::arg("ef"), py::arg("allow_mask"),
-           py::arg("allow_labels"), py::arg("threads"), py::arg("filter_mode") = 0)
+           py::arg("allow_labels"), py::arg("threads"), py::arg("filter_mode") = 0, py::arg("stats") = false)
       .def("set_deleted", &set_deleted_py, py::arg("labels"), py::arg("deleted"))
       .def("save",
            [](const HNSWGraph& g, const std::string& path) {
@@ -145,14 +160,22 @@ void bind_hnsw(py::module_& m) {
              g.save(path);
            },
            py::arg("path"))
+      .def_property_readonly("file_crc", &HNSWGraph::file_crc)
+      .def_property_readonly("verified", &HNSWGraph::verified)
       .def_static("load",
-                  [](const std::string& path, bool use_mmap) {
+                  [](const std::string& path, bool use_mmap, bool verify) {
                     std::unique_ptr<HNSWGraph> g;
                     {
                       py::gil_scoped_release nogil;
-                      g = HNSWGraph::load(path, use_mmap);
+                      g = HNSWGraph::load(path, use_mmap, verify);
                     }
                     return g;
                   },
-                  py::arg("path"), py::arg("mmap"));
+                  py::arg("path"), py::arg("mmap"), py::arg("verify") = true)
+      .def_static("verify_file",
+                  [](const std::string& path) {
+                    py::gil_scoped_release nogil;
+                    return HnswFile::verify_file(path);
+                  },
+                  py::arg("path"));
 }

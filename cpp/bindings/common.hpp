@@ -4,11 +4,18 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
 #include <optional>
+#include <thread>
 #include <stdexcept>
 #include <string>
 
 #include "vecsift/kernels/cpu.hpp"
+#include "vecsift/kernels/distance.hpp"
 #include "vecsift/index/filter.hpp"
 
 namespace py = pybind11;
@@ -56,4 +63,68 @@ inline std::optional<vecsift::AllowSet> allow_arg(const std::optional<U8Array>& 
     }
   }
   return std::nullopt;
+}
+
+// The metric names the Python layer uses, both ways.
+inline vecsift::Metric metric_arg(const std::string& metric) {
+  if (metric == "ip") return vecsift::Metric::IP;
+  if (metric == "l2") return vecsift::Metric::L2;
+  if (metric == "cosine") return vecsift::Metric::Cosine;
+  throw py::value_error("metric must be 'ip', 'l2' or 'cosine', got '" + metric + "'");
+}
+
+inline const char* metric_name(vecsift::Metric m) {
+  switch (m) {
+    case vecsift::Metric::IP: return "ip";
+    case vecsift::Metric::L2: return "l2";
+    default: return "cosine";
+  }
+}
+
+// Runs fn(cancel) on a worker thread while the calling thread (which holds the
+// GIL on entry) checks for signals every ~50 ms: a Ctrl-C raises `cancel`,
+// waits for fn to stop at its next poll, and raises KeyboardInterrupt. The core
+// knows nothing of Python; it only polls the flag. Used for long calls only
+// (a thread start costs ~30 us).
+template <class Fn>
+auto run_interruptible(Fn&& fn) -> decltype(fn(static_cast<const std::atomic<bool>*>(nullptr))) {
+  using R = decltype(fn(static_cast<const std::atomic<bool>*>(nullptr)));
+  std::atomic<bool> cancel{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false, interrupted = false;
+  std::exception_ptr err;
+  R result{};
+  {
+    py::gil_scoped_release nogil;
+    std::thread worker([&] {
+      try {
+        result = fn(&cancel);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      std::lock_guard<std::mutex> l(mu);
+      done = true;
+      cv.notify_all();
+    });
+    std::unique_lock<std::mutex> l(mu);
+    while (!cv.wait_for(l, std::chrono::milliseconds(50), [&] { return done; })) {
+      l.unlock();
+      {
+        py::gil_scoped_acquire gil;
+        if (PyErr_CheckSignals() != 0) interrupted = true;  // the handler's exception stays set
+      }
+      l.lock();
+      if (interrupted) {
+        cancel.store(true);
+        cv.wait(l, [&] { return done; });
+        break;
+      }
+    }
+    l.unlock();
+    worker.join();
+  }
+  if (interrupted) throw py::error_already_set();
+  if (err) std::rethrow_exception(err);
+  return result;
 }

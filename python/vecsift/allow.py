@@ -17,12 +17,17 @@ except ImportError:  # pragma: no cover
     AbstractBitMap = ()
 
 
+def bitmap_rows(bm) -> np.ndarray:
+    """The ids of a roaring bitmap as a sorted int64 array (one buffer copy, no Python loop)."""
+    return np.frombuffer(bm.to_array(), dtype=np.uint32).astype(np.int64)
+
+
 def allow_arrays(allow, n: int):
     """Returns (mask uint8 or None, ids int64 or None) for the core, n rows."""
     if allow is None:
         return None, None
     if AbstractBitMap and isinstance(allow, AbstractBitMap):
-        ids = np.frombuffer(allow.to_array(), dtype=np.uint32).astype(np.int64)
+        ids = bitmap_rows(allow)
         if ids.size and ids[-1] >= n:
             raise ValueError(f"allow contains row id {int(ids[-1])}, but there are only {n} rows")
         return None, ids

@@ -276,3 +276,27 @@ def test_collection_where_returns_k_allowed_rows_with_tenants_on_top(tmp_path):
         c = vecsift.open(tmp_path / "c")  # kinds and sorted columns persisted
     assert c.search(q, k=10, tenant="t1", where={"price": {"$gt": 1000}}) == []
     c.close()
+
+
+def test_langchain_style_cases():
+    """The operator set LangChain's vector-store filter tests use, on a three-document corpus."""
+    docs = [{"id": 1, "name": "adam", "is_active": True, "height": 10.0, "tags": ["a", "b"], "sad": 0.1},
+            {"id": 2, "name": "bob", "is_active": False, "height": 5.7, "tags": ["b", "c"], "sad": 0.1},
+            {"id": 3, "name": "jane", "is_active": True, "height": 2.4, "tags": ["b", "d"]}]
+    names = ["id", "name", "is_active", "height", "tags", "sad"]
+    f = Filters(names)
+    f.add_rows(0, pa.nulls(3, pa.string()), pa.nulls(3, pa.list_(pa.string())),
+               {k: pa.array([d.get(k) for d in docs]) for k in names})
+    live = FrozenBitMap(range(3))
+    cases = [({"id": 1, "is_active": False}, []), ({"id": {"$ne": 1}}, [2, 3]), ({"id": {"$lt": 1}}, []),
+             ({"name": {"$gte": "jane"}}, [3]), ({"name": {"$lt": "jane"}}, [1, 2]),
+             ({"is_active": {"$ne": True}}, [2]), ({"height": {"$lte": 5.8}}, [2, 3]),
+             ({"$or": [{"id": 1}, {"name": "bob"}]}, [1, 2]), ({"$and": [{"id": 1}, {"id": 2}]}, []),
+             ({"$not": [{"name": "adam"}]}, [2, 3]), ({"$not": {"height": {"$gt": 5.0}}}, [3]),
+             ({"id": {"$nin": [1, 2]}}, [3]), ({"name": {"$like": "%a%"}}, [1, 3]),
+             ({"name": {"$nlike": "a%"}}, [2, 3]), ({"name": {"$nilike": "%A%"}}, [2]),
+             ({"sad": {"$exists": False}}, [3]), ({"sad": {"$exists": True}}, [1, 2]),
+             ({"tags": "d"}, [3]), ({"tags": {"$in": ["a", "c"]}}, [1, 2]), ({"tags": {"$nin": ["b"]}}, []),
+             ({"height": {"$between": (5, 10)}}, [1, 2])]
+    for where, want in cases:
+        assert sorted(r + 1 for r in f.allow(live, where=where)) == want, where

@@ -103,3 +103,24 @@ def test_fuzz_truncations_and_bit_flips(tmp_path):
 def test_corrupt_error_is_a_value_error():
     assert issubclass(vecsift.CorruptIndexError, ValueError)
     assert issubclass(vecsift.CorruptIndexError, vecsift.VecsiftError)
+
+
+def test_unverified_mmap_open_reads_only_the_header_and_small_sections(saved, tmp_path):
+    index, q, path = saved
+    lazy = vecsift.HNSWIndex.load(path, mmap=True, verify=False)
+    assert lazy.file_crc == index.file_crc == vecsift.HNSWIndex.verify_file(path) != 0
+    np.testing.assert_array_equal(lazy.search(q, 10)[0], index.search(q, 10)[0])
+    # A record flipped on disk: the lazy open does not see it, verify_file does, and searches stay in bounds.
+    data = bytearray(path.read_bytes())
+    for off in range(200, 200 + 3000 * 64, 97):  # inside the records section: vectors and level-0 links
+        data[off] ^= 0xFF
+    bad = tmp_path / "bad.vsh"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(vecsift.CorruptIndexError):
+        vecsift.HNSWIndex.load(bad, mmap=True)
+    with pytest.raises(vecsift.CorruptIndexError):
+        vecsift.HNSWIndex.verify_file(bad)
+    lazy_bad = vecsift.HNSWIndex.load(bad, mmap=True, verify=False)
+    lazy_bad.search(q, 10)  # wrong answers allowed, out-of-bounds reads not
+    with pytest.raises(vecsift.CorruptIndexError):
+        lazy_bad.add(q[:1])  # the first add checks the links it would read

@@ -19,10 +19,10 @@ def sample() -> Manifest:
                     index_params={"m": 8, "ef_construction": 50, "ef_search": None, "seed": 0},
                     generation=3, rows=5, model="m", pipeline_version="p1", filter_fields=["kind"],
                     created=1700000000.5, index_heading_path=True, sparse_params={"k1": 1.2, "b": 0.75},
-                    vectors={"file": "vectors-0.f32", "rows": 5, "crc": 123},
-                    dense={"file": "hnsw-3.idx", "crc": 456}, sparse={"file": "bm25-3.bin", "crc": 789},
-                    segments=[{"file": "seg-1.arrow", "rows": 5, "crc": 42}],
-                    filters={"file": "filters-3.bin", "crc": 7}, search_defaults={"ef": 40},
+                    vectors={"file": "vectors-0.f32", "rows": 5, "crc32c": 123},
+                    dense={"file": "hnsw-3.idx", "crc32c": 456}, sparse={"file": "bm25-3.bin", "crc32c": 789},
+                    segments=[{"file": "seg-1.arrow", "rows": 5, "crc32c": 42}],
+                    filters={"file": "filters-3.bin", "crc32c": 7}, search_defaults={"ef": 40},
                     payload={"watermark": "0/16B3748", "n": 2})
 
 

@@ -4,13 +4,16 @@ compaction, roaring filters, Arrow ingest, hits; stages/ holds the dense and spa
 Public beyond the facade, for tools, a sharded collection or an audit log: Snapshot (the read
 API, from Collection.snapshot()), Manifest (Collection.manifest), and the cascade as functions
 of a snapshot: search_request(...) -> Request, retrieve(snapshot, request, allow) -> Lists,
-fuse(request, lists)."""
+fuse(request, lists); SearchStats (search(..., stats=SearchStats()))."""
 from vecsift.collection.collection import Collection, open  # noqa: A004 - the public name is vecsift.open
+from vecsift.collection.embedders import (FunctionEmbedder, HashingEmbedder, SentenceTransformerEmbedder, as_embedder,
+                                          embed_query, embed_texts)
 from vecsift.collection.hits import Hit
-from vecsift.collection.search import Lists, Request, fuse, retrieve
+from vecsift.collection.search import Lists, Request, SearchStats, fuse, retrieve
 from vecsift.collection.search import request as search_request
 from vecsift.collection.snapshot import Snapshot
 from vecsift.storage.manifest import Manifest
 
-__all__ = ["Collection", "Hit", "Lists", "Manifest", "Request", "Snapshot", "fuse", "open", "retrieve",
-           "search_request"]
+__all__ = ["Collection", "FunctionEmbedder", "HashingEmbedder", "Hit", "Lists", "Manifest", "Request", "SearchStats",
+           "SentenceTransformerEmbedder", "Snapshot", "as_embedder", "embed_query", "embed_texts", "fuse", "open",
+           "retrieve", "search_request"]

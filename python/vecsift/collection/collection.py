@@ -43,11 +43,13 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from vecsift._arrays import as_vectors, check_k, unit_rows
+from vecsift.collection import embedders
 from vecsift.collection import search as cascade
 from vecsift.collection.commit import write_commit
 from vecsift.collection.compaction import compact_files
 from vecsift.collection.filters import Filters, rows_of
 from vecsift.collection.hits import HitBuilder
+from vecsift.collection.pgvocab import metric_name, resolve_ef
 from vecsift.collection.rwlock import RWLock
 from vecsift.collection.snapshot import Snapshot, empty_snapshot, take_snapshot
 from vecsift.collection.stages.dense import KINDS
@@ -57,6 +59,7 @@ from vecsift.errors import CorruptIndexError, VecsiftError
 from vecsift.index.flat import check_metric
 from vecsift.storage import manifest as manifests
 from vecsift.storage.framing import FORMAT_VERSION, WriterLock, read_blob
+from vecsift.storage.checksum import value_of
 from vecsift.storage.manifest import Manifest, check_payload
 from vecsift.storage.rowfile import RowFile
 from vecsift.storage.segment import read_segment
@@ -77,13 +80,12 @@ def _load(path, m: Manifest, writable):
     """The files of manifest m, opened and checked: (rowfile, dense, sparse, filters, segment tables)."""
     if m.vectors["rows"] != m.rows:
         raise CorruptIndexError(f"{os.path.join(path, 'MANIFEST')}: row counts disagree")
-    vec = RowFile.open(os.path.join(path, m.vectors["file"]), "vectors", "float32", m.dim, m.vectors["rows"],
-                       m.vectors["crc"], writable)
+    vec = RowFile.open_entry(path, m.vectors, "vectors", "float32", m.dim, writable)
     try:
         dense = KINDS[m.index].load(path, m.dense, m.dim, m.metric, m.index_params, writable)
         sparse = BM25Sparse.load(path, m.sparse, m.sparse_params)
         fpath = os.path.join(path, m.filters["file"])
-        filters = Filters.from_bytes(read_blob(fpath, "filters", m.filters["crc"]), fpath)
+        filters = Filters.from_bytes(read_blob(fpath, "filters", m.filters), fpath)
         tables = [read_segment(os.path.join(path, s["file"]), s) for s in m.segments]
     except BaseException:
         vec.close()
@@ -111,18 +113,21 @@ class Collection:
 
     # ------------------------------------------------------------------ lifecycle
     @classmethod
-    def create(cls, path, dim: int, metric: str = "cosine", index: str = "bq", model: str | None = None,
-               pipeline_version: str | None = None, filter_fields=(), index_heading_path: bool = False,
-               bm25_k1: float = 1.2, bm25_b: float = 0.75, **index_params) -> "Collection":
+    def create(cls, path, dim: int | None = None, metric: str = "cosine", index: str = "bq",
+               model: str | None = None, pipeline_version: str | None = None, filter_fields=(),
+               index_heading_path: bool = False, bm25_k1: float = 1.2, bm25_b: float = 0.75, *, embedder=None,
+               **index_params) -> "Collection":
         """Creates an empty collection in directory `path` (new or empty) and opens it for writing.
 
         filter_fields: metadata/provenance fields usable in search(where=...).
         index_heading_path: BM25 indexes "heading path\n" + text; embed the same
         string upstream (Collection.text_for_embedding builds it).
+        embedder: see set_embedder; dim and model default to the embedder's.
         """
+        embedder, dim, model = embedders.for_create(embedder, dim, model)
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
-        check_metric(metric)
+        metric = check_metric(metric_name(metric))  # pgvector spellings (<=>, vector_cosine_ops) too
         if index not in KINDS:
             raise ValueError(f"index must be one of {sorted(KINDS)}, got {index!r}")
         if isinstance(filter_fields, str):
@@ -144,7 +149,7 @@ class Collection:
                          pipeline_version=pipeline_version, filter_fields=filter_fields, created=time.time(),
                          index_heading_path=bool(index_heading_path), sparse_params=sparse_params,
                          sparse=sparse.prepare_commit(path, 0),
-                         vectors={"file": os.path.basename(vec.path), "rows": 0, "crc": 0},
+                         vectors=vec.entry(),
                          dense=dense.prepare_commit(path, 0, vec.view(0)), format=FORMAT_VERSION)
             m, _ = write_commit(path, m, filters)
         except BaseException:
@@ -152,17 +157,21 @@ class Collection:
             raise
         self = cls.__new__(cls)
         self._init(path, m, vec, dense, sparse, filters, [], lock)
+        self._embedder = embedder
         return self
 
     @classmethod
-    def open(cls, path, readonly: bool = False) -> "Collection":
-        """Opens a collection; readonly=True takes no lock and refuses writes (any number of readers)."""
+    def open(cls, path, readonly: bool = False, embedder=None) -> "Collection":
+        """Opens a collection; readonly=True takes no lock and refuses writes (any number of readers).
+        embedder: see set_embedder."""
         path = os.fspath(path)
         lock = None if readonly else WriterLock(path)
         try:
             m, parts = _load_newest(path, writable=not readonly, retry=readonly)
             self = cls.__new__(cls)
             self._init(path, m, *parts, lock)
+            if embedder is not None:
+                self.set_embedder(embedder)
             if not readonly:
                 self._remove_unreferenced()
         except BaseException:
@@ -175,6 +184,7 @@ class Collection:
         self._path = path
         self._lock = lock
         self._closed = False
+        self._embedder = None
         self._wlock = threading.RLock()
         self._rw = RWLock()
         self._swap(m, vec, dense, sparse, filters, tables)
@@ -229,6 +239,29 @@ class Collection:
         return self._snap
 
     @property
+    def embedder(self):
+        """The embedder add(texts=...) and search(text=...) use when no vectors are given (or None)."""
+        return self._embedder
+
+    def set_embedder(self, embedder) -> None:
+        """Attaches an embedder: a callable texts -> (n, dim) vectors with .name and .dim (see
+        collection/embedders.py). Refused unless its dimension, and its name where the manifest
+        records a model, are the collection's. None detaches."""
+        if embedder is not None:
+            embedder = embedders.as_embedder(embedder)
+            embedders.check_against(embedder, self.model, self.dim)
+        self._embedder = embedder
+
+    def get(self, ids, tenant=None, groups=None, *, with_vectors: bool = False):
+        """Chunks by id as Hits (score nan), in the order of ids, None for an id that is missing or not
+        visible to tenant / groups (the allow set a search would use); with_vectors=True returns
+        (hits, (len(ids), dim) float32 stored vectors, NaN rows where missing)."""
+        from vecsift.collection.lookup import get_chunks
+
+        snap = self._snap
+        return get_chunks(snap, self._allow(snap, tenant, groups, None), ids, with_vectors)
+
+    @property
     def readonly(self) -> bool:
         return self._lock is None
 
@@ -256,7 +289,7 @@ class Collection:
             total = self._vec.rows
             self._vec.sync()
             m = old.replace(generation=gen, rows=total,
-                            vectors={"file": os.path.basename(self._vec.path), "rows": total, "crc": self._vec.crc},
+                            vectors=self._vec.entry(),
                             dense=self._dense.prepare_commit(self._path, gen, self._vec.view(total, sequential=True)),
                             payload=old.payload if payload is None else payload)
             seg = _concat(st.pending) if st.pending else None
@@ -374,6 +407,11 @@ class Collection:
     def filter_fields(self) -> list:
         return list(self._manifest.filter_fields)
 
+    @property
+    def filter_kinds(self) -> dict:
+        """{filter field: "number" | "datetime" | "string" | "bool" | None (no value yet)}."""
+        return self._snap.filters.kinds
+
     def __len__(self) -> int:
         """Searchable chunks: committed and not deleted."""
         return len(self._snap.live)
@@ -415,12 +453,13 @@ class Collection:
                 "bytes_on_disk": disk, "bytes_in_ram": int(ram), "float32_bytes_on_disk": snap.n * m.dim * 4}
 
     def verify(self) -> None:
-        """Reads every committed float32 row and checks it against the manifest's checksum."""
+        """Reads every committed float32 row and the graph file, and checks them against the manifest."""
         v = self._manifest.vectors
-        self._vec.verify(v["rows"], v["crc"])
+        self._vec.verify(v["rows"], value_of(v))
+        self._dense.verify(self._path, self._manifest.dense)
 
     # ------------------------------------------------------------------ writing
-    def add(self, ids, vectors, texts=None, doc_ids=None, tenant=None, acl=None, metadata=None, *,
+    def add(self, ids, vectors=None, texts=None, doc_ids=None, tenant=None, acl=None, metadata=None, *,
             display_texts=None, model=None, source=None, heading_path=None, char_range=None, date=None,
             version=None, doc_type=None) -> None:
         """Adds (or replaces, by id) chunks; searchable after commit().
@@ -430,9 +469,12 @@ class Collection:
         collection uses ACLs). metadata: a list of dicts or a dict of columns.
         Provenance (source, heading_path, char_range=(start, end), date, version,
         doc_type) may be given here, per chunk or for all, or inside metadata.
+        vectors omitted: texts are embedded by the collection's embedder (set_embedder).
         """
         self._writable()
         check_model(model, self.model)
+        if vectors is None:
+            vectors = embedders.vectors_for_add(self, self._embedder, texts, heading_path)
         batch, vecs = batch_of_add(ids, vectors, self.dim, self.pipeline_version, texts=texts, doc_ids=doc_ids,
                                    tenant=tenant, acl=acl, metadata=metadata, display_texts=display_texts,
                                    source=source, heading_path=heading_path, char_range=char_range, date=date,
@@ -520,7 +562,7 @@ class Collection:
     # ------------------------------------------------------------------ searching
     def search(self, vector=None, text=None, k: int = 10, tenant=None, groups=None, where=None, *, mode=None,
                candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
-               threads: int = 0) -> list:
+               threads: int = 0, stats=None, ef_search=None) -> list:
         """Top-k chunks as Hits, best first.
 
         mode: "dense" (vector), "sparse" (BM25 over text) or "hybrid" (both,
@@ -530,8 +572,14 @@ class Collection:
         anything is scored and shared by both retrievers. Hit.score is the
         cosine / inner product / -squared L2 (dense), the BM25 score (sparse) or
         the RRF score (hybrid); dense_rank / sparse_rank are 1-based, None where
-        that retriever did not return the chunk.
+        that retriever did not return the chunk. stats: a vecsift.collection.SearchStats
+        to add the dense stage's counters to (distances, hops, rows scanned exactly...).
+        Hit.distance is the distance pgvector would report (dense only). ef_search:
+        pgvector's name for ef. With an embedder attached, text without vector is
+        embedded (so text alone runs hybrid) unless mode="sparse".
         """
+        ef = resolve_ef(ef, ef_search)
+        vector = embedders.query_vector(self._embedder, vector, text, mode)
         q = None
         if vector is not None:
             q = as_vectors(vector, "vector", dim=self.dim)
@@ -540,12 +588,14 @@ class Collection:
         if text is not None and not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
         return self._search(q, None if text is None else [text], k, tenant, groups, where, mode, candidates, rrf_k,
-                            weights, ef, oversample, threads)[0]
+                            weights, ef, oversample, threads, stats)[0]
 
     def search_batch(self, vectors=None, texts=None, k: int = 10, tenant=None, groups=None, where=None, *,
                      mode=None, candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
-                     threads: int = 0) -> list:
+                     threads: int = 0, stats=None, ef_search=None) -> list:
         """search() for many queries (rows of `vectors` and/or items of `texts`), one filter for all."""
+        ef = resolve_ef(ef, ef_search)
+        vectors = embedders.query_vectors(self._embedder, vectors, texts, mode)
         q = None if vectors is None else as_vectors(vectors, "vectors", dim=self.dim)
         if texts is not None:
             if isinstance(texts, str):
@@ -554,15 +604,16 @@ class Collection:
             if q is not None and len(texts) != len(q):
                 raise ValueError(f"{len(q)} vectors but {len(texts)} texts")
         return self._search(q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
-                            threads)
+                            threads, stats)
 
     def search_rows(self, vectors, k: int = 10, tenant=None, groups=None, where=None, ef=None, oversample=None,
-                    threads: int = 0):
+                    threads: int = 0, stats=None, ef_search=None):
         """Dense search returning (rows int64, scores float32) arrays, pad -1 (for benchmarks)."""
+        ef = resolve_ef(ef, ef_search)
         snap = self._snap
         q = as_vectors(vectors, "vectors", dim=self.dim)
         req = cascade.request(q, None, k, "dense", ef=ef, oversample=oversample, threads=threads)
-        return cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where)).dense
+        return cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where), stats).dense
 
     def bm25_statistics(self, texts, tenant=None, groups=None, where=None) -> list:
         """BM25 statistics of each text's terms within the rows this filter allows (the allow set
@@ -600,12 +651,12 @@ class Collection:
         return snap.allow(tenant, groups, where)  # before anything is scored
 
     def _search(self, q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
-                threads):
+                threads, stats=None):
         snap = self._snap
         req = cascade.request(q, texts, k, mode, candidates, rrf_k, weights, ef, oversample, threads)
-        lists = cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where))
+        lists = cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where), stats)
         if req.mode == "dense":
-            return snap.hits.build_dense(*lists.dense)
+            return snap.hits.build_dense(*lists.dense, metric=self.metric)
         if req.mode == "sparse":
             return [snap.hits.build(rows, scores.tolist(), sparse_ranks=list(range(1, len(rows) + 1)))
                     for rows, scores in lists.sparse]
@@ -629,6 +680,7 @@ def _text_list(texts) -> list:
     return texts
 
 
-def open(path, readonly: bool = False) -> Collection:  # noqa: A001 - the public name is vecsift.open
-    """Opens the collection in directory `path` (readonly=True: no writer lock, no writes)."""
-    return Collection.open(path, readonly=readonly)
+def open(path, readonly: bool = False, embedder=None) -> Collection:  # noqa: A001 - public name vecsift.open
+    """Opens the collection in directory `path` (readonly=True: no writer lock, no writes; embedder:
+    Collection.set_embedder)."""
+    return Collection.open(path, readonly=readonly, embedder=embedder)

@@ -15,6 +15,7 @@ import os
 import pyarrow as pa
 
 from vecsift.storage import manifest as manifests
+from vecsift.storage.checksum import CRC32C
 from vecsift.storage.framing import fsync_dir, write_blob
 from vecsift.storage.manifest import Manifest
 from vecsift.storage.segment import read_segment, write_segment
@@ -29,11 +30,11 @@ def write_commit(directory, m: Manifest, filters, segment: pa.Table | None = Non
     if segment is not None:
         name = f"seg-{gen}.arrow"
         path = os.path.join(directory, name)
-        segments.append({"file": name, "rows": segment.num_rows, "crc": write_segment(path, segment)})
+        segments.append({"file": name, "rows": segment.num_rows, CRC32C: write_segment(path, segment)})
         table = read_segment(path, segments[-1])
     name = f"filters-{gen}.bin"
     m = m.replace(segments=segments,
-                  filters={"file": name, "crc": write_blob(os.path.join(directory, name), "filters",
+                  filters={"file": name, CRC32C: write_blob(os.path.join(directory, name), "filters",
                                                            filters.to_bytes())})
     fsync_dir(directory)
     manifests.write(directory, m)  # the commit point

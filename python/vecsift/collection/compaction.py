@@ -55,7 +55,7 @@ def compact_files(directory, m: Manifest, snap, old_filters: Filters, rw_lock) -
     filters.has_acl |= old_filters.has_acl
     sparse = snap.sparse.compacted(directory, gen, len(keep), lambda: indexed_texts(table, m.index_heading_path))
     new = m.replace(generation=gen, rows=len(keep), segments=[], sparse=sparse.prepare_commit(directory, gen),
-                    vectors={"file": os.path.basename(vec.path), "rows": len(keep), "crc": vec.crc},
+                    vectors=vec.entry(),
                     dense=dense.prepare_commit(directory, gen, vec.view(len(keep), sequential=True)))
     try:
         new, seg = write_commit(directory, new, filters, table)

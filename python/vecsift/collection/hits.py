@@ -14,11 +14,16 @@ import numpy as np
 
 from vecsift.collection.columns import RowReader
 from vecsift.collection.ingest import META, PROVENANCE
+from vecsift.collection.pgvocab import pg_distance
 
 
 @dataclass(slots=True)  # many are made per search: slots make that cheaper
 class Hit:
-    """One search result. score is a similarity (higher is better)."""
+    """One search result. score is a similarity (higher is better).
+
+    distance: for dense searches, the distance pgvector's operator for the
+    collection's metric would report (None for BM25 and hybrid results):
+    cosine -> 1 - score (<=>), ip -> -score (<#>), l2 -> sqrt(-score) (<->)."""
 
     id: str
     score: float
@@ -29,6 +34,7 @@ class Hit:
     tenant: str | None = None
     dense_rank: int | None = None
     sparse_rank: int | None = None
+    distance: float | None = None
 
     @property
     def source(self):
@@ -65,7 +71,7 @@ class HitBuilder:
     def table(self):
         return self.reader.table
 
-    def build(self, rows, scores: list, dense_ranks=None, sparse_ranks=None) -> list:
+    def build(self, rows, scores: list, dense_ranks=None, sparse_ranks=None, distances=None) -> list:
         """Hits for one query, in the order of rows (int64, no padding).
 
         scores: a list of floats; ranks: lists of 1-based ranks with None where
@@ -90,17 +96,21 @@ class HitBuilder:
         else:
             provs = [{} for _ in range(n)]
         return list(map(Hit, data["id"], scores, get("doc_id", none), texts, metas, provs, get("tenant", none),
-                        none if dense_ranks is None else dense_ranks, none if sparse_ranks is None else sparse_ranks))
+                        none if dense_ranks is None else dense_ranks, none if sparse_ranks is None else sparse_ranks,
+                        none if distances is None else distances))
 
-    def build_dense(self, rows: np.ndarray, scores: np.ndarray) -> list:
+    def build_dense(self, rows: np.ndarray, scores: np.ndarray, metric: str | None = None) -> list:
         """Hits per query of (q, k) dense results (rows -1 are padding): the rank is
         the position. One read for the whole batch, then split per query."""
         rows = np.asarray(rows)
         valid = rows >= 0
         ranks = np.broadcast_to(np.arange(1, rows.shape[1] + 1), rows.shape)[valid].tolist()
-        hits = self.build(rows[valid], np.asarray(scores)[valid].tolist(), dense_ranks=ranks)
+        s = np.asarray(scores)[valid]
+        dist = None if metric is None else pg_distance(s, metric).tolist()
+        hits = self.build(rows[valid], s.tolist(), dense_ranks=ranks, distances=dist)
         out, start = [], 0
         for count in valid.sum(axis=1).tolist():
             out.append(hits[start:start + count])
             start += count
         return out
+

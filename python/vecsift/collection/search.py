@@ -74,6 +74,22 @@ def request(vectors, texts, k, mode=None, candidates=100, rrf_k=60, weights=None
 
 
 @dataclass
+class SearchStats:
+    """Counters of the dense stage, summed over the queries of a call (pass one as stats=...).
+
+    path: "exact" (the planner chose to score every allowed row), "index", or "none" (nothing allowed)."""
+    queries: int = 0
+    allowed: int = 0  # rows in the allow set
+    path: str = ""
+    scanned: int = 0  # rows scored exactly: every allowed row per query on the exact path, HNSW's own scan
+    distances: int = 0  # float32 distance computations
+    hops: int = 0  # graph nodes whose links were expanded (hnsw)
+    codes_scanned: int = 0  # binary codes compared (bq first stage)
+    rescored: int = 0  # candidates rescored in float32 (bq)
+    lists_probed: int = 0  # reserved for partitioned indexes
+
+
+@dataclass
 class Lists:
     """Candidate lists of one request: dense (rows (nq, c) int64, scores float32, pad -1) and sparse
     (one (rows, scores) pair per text), None for a retriever the mode does not use."""
@@ -81,20 +97,21 @@ class Lists:
     sparse: list | None = None
 
 
-def retrieve(snap, req: Request, allow) -> Lists:
-    """Runs the retrievers of req.mode over the allowed rows of snap."""
+def retrieve(snap, req: Request, allow, stats: SearchStats | None = None) -> Lists:
+    """Runs the retrievers of req.mode over the allowed rows of snap (dense counters into `stats`)."""
     if req.mode == "dense":
-        return Lists(dense=dense_rows(snap, req.vectors, req.k, allow, req.ef, req.oversample, req.threads))
+        return Lists(dense=dense_rows(snap, req.vectors, req.k, allow, req.ef, req.oversample, req.threads,
+                                      stats))
     c = req.candidates if req.mode == "hybrid" else req.k
     sparse = lambda: [sparse_rows(snap, t, c, allow) for t in req.texts]  # noqa: E731
     if req.mode == "sparse":
         return Lists(sparse=sparse())
     if req.threads == 1 or len(req.texts) < HYBRID_PARALLEL_MIN:
         slists = sparse()
-        dense = dense_rows(snap, req.vectors, c, allow, req.ef, req.oversample, req.threads)
+        dense = dense_rows(snap, req.vectors, c, allow, req.ef, req.oversample, req.threads, stats)
     else:  # BM25 (numba, GIL released) on a helper thread while the dense stage runs here
         pending = _pool().submit(sparse)
-        dense = dense_rows(snap, req.vectors, c, allow, req.ef, req.oversample, req.threads)
+        dense = dense_rows(snap, req.vectors, c, allow, req.ef, req.oversample, req.threads, stats)
         slists = pending.result()
     return Lists(dense=dense, sparse=slists)
 
@@ -122,7 +139,7 @@ def _no_rows(nq, k):
     return np.full((nq, k), -1, np.int64), np.full((nq, k), -np.inf, np.float32)
 
 
-def dense_rows(snap, q, k, allow, ef, oversample, threads):
+def dense_rows(snap, q, k, allow, ef, oversample, threads, stats: SearchStats | None = None):
     """Dense top-k (rows, similarities) of each query over the allowed rows: exact scan or the index."""
     threads = check_threads(threads)
     if oversample is not None and (isinstance(oversample, bool) or int(oversample) < 1):
@@ -131,6 +148,10 @@ def dense_rows(snap, q, k, allow, ef, oversample, threads):
         q = unit_rows(q)  # rows are stored unit length
     n_allowed = len(allow)
     nq = len(q)
+    if stats is not None:
+        stats.queries += nq
+        stats.allowed = n_allowed
+        stats.path = "none"
     if n_allowed == 0 or nq == 0:
         return _no_rows(nq, k)
     if oversample is None:
@@ -141,11 +162,17 @@ def dense_rows(snap, q, k, allow, ef, oversample, threads):
     if snap.dense.kind != "bq":
         over = 1
     if scan_exactly(n_allowed, k * over):
+        if stats is not None:
+            stats.path = "exact"
+            stats.scanned += n_allowed * nq
+            stats.distances += n_allowed * nq
         return exact_rows(snap.vectors, q, rows_of(allow), k, snap.metric, threads)
+    if stats is not None:
+        stats.path = "index"
     with snap.lock.read():
         clip = not (allow is snap.live and snap.full and snap.dense.size == snap.n and not snap.dense.growing)
         return snap.dense.search(snap.vectors, q, k, allow if clip else None, n_allowed, ef=ef,
-                                 oversample=oversample, threads=threads)
+                                 oversample=oversample, threads=threads, stats=stats)
 
 
 def exact_all(snap, q, k, allow=None):

@@ -5,14 +5,17 @@
     {"year": {"$gte": 2020, "$lt": 2024}}        several operators on a field: all must hold
     {"date": {"$between": ["2024-01-01", "2024-06-30"]}}   inclusive, ISO dates or datetimes
     {"$or": [{...}, {...}]}  {"$and": [...]}  {"$not": {...}}  {"f": {"$not": {"$gt": 3}}}
-    operators: $eq $ne $gt $gte $lt $lte $in $nin $between $exists $like $ilike
+    operators: $eq $ne $gt $gte $lt $lte $in $nin $between $exists $like $ilike $nlike $nilike
     Qdrant's form: {"must": [...], "should": [...], "must_not": [...]} with
     {"key": k, "match": {"value"|"any"|"except": ...}}, {"key": k, "range": {"gt": ...}},
     {"is_empty": {"key": k}}, {"is_null": {"key": k}} and nested filters.
 
 Semantics (those of MongoDB and Qdrant's must_not): a comparison needs the
-field present; $ne, $nin, $not and $exists: false also match rows without it.
-A missing field and a null value are the same thing.
+field present; $ne, $nin, $nlike, $not and $exists: false also match rows
+without it. A missing field and a null value are the same thing (Arrow
+metadata cannot tell them apart), so {"f": {"$exists": true}} is "f is not
+null", as in Qdrant's is_null / SQL's IS NOT NULL, where MongoDB would also
+count an explicit null.
 
 parse() checks everything against the fields' recorded kinds (an undeclared
 field, an unknown operator or a value of the wrong type raises, naming it) and
@@ -31,7 +34,8 @@ from pyroaring import BitMap
 
 from vecsift.collection.field_index import FieldIndex, micros
 
-_CMP = {"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$between", "$exists", "$like", "$ilike"}
+_CMP = {"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$between", "$exists", "$like", "$ilike",
+        "$nlike", "$nilike"}
 _LOGIC = {"$and", "$or", "$not"}
 _QDRANT = {"must", "should", "must_not"}
 TRUE = ("true",)
@@ -142,12 +146,13 @@ def _cmp(index, op, arg):
         if isinstance(arg, (str, bytes, dict)) or not hasattr(arg, "__len__") or len(arg) != 2:
             raise TypeError(f"where: {name!r}: $between takes [low, high], got {arg!r}")
         return _range(index, op, arg[0], arg[1], True, True)
-    if op in ("$like", "$ilike"):
+    if op in ("$like", "$ilike", "$nlike", "$nilike"):
         if not isinstance(arg, str):
             raise TypeError(f"where: {name!r}: {op} takes a pattern string, got {arg!r}")
         if index.kind not in (None, "string") and not index.from_strings:
             raise TypeError(f"where: field {name!r} holds {index.kind} values; {op} needs strings")
-        return ("like", name, arg, op == "$ilike")
+        like = ("like", name, arg, op in ("$ilike", "$nilike"))
+        return ("not", like) if op.startswith("$n") else like
     if op in ("$eq", "$ne"):
         return ("eq" if op == "$eq" else "ne", name, _value(index, op, arg))
     lo_ops = {"$gt": False, "$gte": True}

@@ -15,6 +15,7 @@ import numpy as np
 
 from vecsift import _core
 from vecsift._arrays import _as_numeric_array, as_vectors, check_k, check_threads
+from vecsift.allow import bitmap_rows
 from vecsift.index.flat import check_metric
 
 try:
@@ -34,7 +35,7 @@ def _positive_int(x, name: str) -> int:
 def _labels_array(labels, name: str) -> np.ndarray:
     """1-d int64 labels; negative or non-integer values are refused."""
     if AbstractBitMap and isinstance(labels, AbstractBitMap):
-        return np.frombuffer(labels.to_array(), dtype=np.uint32).astype(np.int64)
+        return bitmap_rows(labels)
     if np.isscalar(labels):
         labels = [labels]
     arr = _as_numeric_array(labels, name)
@@ -135,6 +136,9 @@ class HNSWIndex:
         ``ids``: uint64 labels, one per row; default continues from
         ``label_bound``. A label already present or repeated raises
         ValueError, as do NaN/inf values; on any error nothing is added.
+        A Ctrl-C (KeyboardInterrupt) during a large add keeps the rows already
+        linked, which are a prefix of the batch (``ids[:len(index) - before]``),
+        and drops the others: their labels stay free to add again.
         With threads=1 and a fixed seed the graph is reproducible.
         """
         threads = check_threads(threads)
@@ -158,7 +162,8 @@ class HNSWIndex:
         self._g.set_deleted(_labels_array(labels, "labels"), False)
 
     # ------------------------------------------------------------ search
-    def search(self, queries, k: int = 10, ef: int | None = None, allow=None, threads: int = 0, *, _filter_mode=0):
+    def search(self, queries, k: int = 10, ef: int | None = None, allow=None, threads: int = 0, *,
+               return_stats: bool = False, _filter_mode=0):
         """Returns (labels int64 (n, k), scores float32 (n, k)), best first.
 
         ``ef``: beam width (default ``ef_search``; at least k is used).
@@ -168,7 +173,14 @@ class HNSWIndex:
         rows may be walked through but are never returned; when few rows are
         allowed they are scanned exactly instead. k results come back
         whenever k allowed live rows exist; otherwise rows are padded with
-        label -1 and score -inf. Batches run in parallel over ``threads``.
+        label -1 and score -inf. Batches run in parallel over ``threads``;
+        a batch of 256 queries or more can be interrupted with Ctrl-C.
+
+        ``return_stats=True`` adds a third item: a dict of per-query int64
+        arrays ``distances`` (distance computations), ``hops`` (nodes whose
+        links were expanded), ``scanned`` (rows scored by the exact scan, which
+        the planner picks for small allow sets and which backs up a walk that
+        found fewer than k) and ``lists_probed`` (0: not a partitioned index).
         """
         if not (isinstance(k, int) and k > 0):
             k = check_k(k)
@@ -193,7 +205,12 @@ class HNSWIndex:
                 labels = allow  # fast path: the core refuses negative or unknown labels
             else:
                 labels = _labels_array(allow, "allow")
-        return self._g.search(q, k, ef, mask, labels, threads, _filter_mode)
+        out = self._g.search(q, k, ef, mask, labels, threads, _filter_mode, bool(return_stats))
+        if not return_stats:
+            return out
+        st = out[2].astype(np.int64)
+        return out[0], out[1], {"distances": st[:, 0], "hops": st[:, 1], "scanned": st[:, 2],
+                                "lists_probed": np.zeros(len(st), np.int64)}
 
     # ------------------------------------------------------------ files
     def save(self, path) -> None:
@@ -201,13 +218,29 @@ class HNSWIndex:
         self._g.save(os.fspath(path))
 
     @classmethod
-    def load(cls, path, mmap: bool = False) -> "HNSWIndex":
+    def load(cls, path, mmap: bool = False, verify: bool = True) -> "HNSWIndex":
         """Opens a saved index. With ``mmap=True`` vectors and graph stay in the
-        file mapping (pages load on first touch; the checksum pass reads the
-        file once through the page cache). A truncated, corrupted or foreign
+        file mapping (pages load on first touch). A truncated, corrupted or foreign
         file raises vecsift.CorruptIndexError.
+
+        Every open reads the file at most once. verify=True checks all of it (its
+        CRC-32C and every link), in the one read. ``mmap=True, verify=False``
+        checks the header and the small sections only and leaves the vectors and
+        level-0 links on disk until searches touch them: searches stay in bounds
+        whatever the file holds, the first add() checks the links, and
+        ``HNSWIndex.verify_file(path)`` reads and checks everything.
         """
-        return cls(0, _graph=_core.HNSW.load(os.fspath(path), bool(mmap)))
+        return cls(0, _graph=_core.HNSW.load(os.fspath(path), bool(mmap), bool(verify)))
+
+    @staticmethod
+    def verify_file(path) -> int:
+        """Reads a saved index whole and checks its checksums; returns its CRC-32C (CorruptIndexError if bad)."""
+        return _core.HNSW.verify_file(os.fspath(path))
+
+    @property
+    def file_crc(self) -> int:
+        """CRC-32C of the file this index was last saved to or loaded from (0: neither)."""
+        return self._g.file_crc
 
     def __repr__(self) -> str:
         return f"HNSWIndex(dim={self.dim}, metric={self.metric!r}, m={self.m}, len={len(self)})"

@@ -1,8 +1,9 @@
 """On-disk building blocks of a collection directory.
 
-* Framed blobs: small state files (filters, bm25, ...) written whole as
-  ``magic | kind | version | crc32 | length | payload`` so a truncated, foreign
-  or corrupted file is recognised before anything is parsed.
+* Framed blobs: small state files (filters, ...) written whole as
+  ``magic | kind | version | CRC-32C | length | payload`` so a truncated, foreign
+  or corrupted file is recognised before anything is parsed (version 1 frames,
+  with a zlib crc32, are still read).
 * The manifest: one framed JSON blob naming every file and row count of the
   last commit. It is replaced atomically (write temp, fsync, rename, fsync the
   directory); opening trusts only what it names.
@@ -16,36 +17,33 @@ import fcntl
 import json
 import os
 import struct
-import zlib
 
 from vecsift.errors import CorruptIndexError, VecsiftError
+from vecsift.storage.checksum import CRC32C, ZLIB, check, file_checksum, update, zlib_crc32
 
 MAGIC = b"VECSIFT\x01"
 FORMAT_VERSION = 1
 MANIFEST = "MANIFEST"
 LOCK = "LOCK"
-_HEAD = struct.Struct("<8s8sIIQ")  # magic, kind, version, crc32(payload), payload length
+_HEAD = struct.Struct("<8s8sIIQ")  # magic, kind, frame version, checksum(payload), payload length
+# Frame version 2: the checksum is CRC-32C; version 1 (zlib crc32) is still read.
+FRAME_VERSION = 2
+_FRAME_ALGO = {1: ZLIB, 2: CRC32C}
 
 
 def crc32(data, value: int = 0) -> int:
-    return zlib.crc32(data, value) & 0xFFFFFFFF
+    """zlib crc32: the checksum of files written before the CRC-32C convention (storage/checksum.py)."""
+    return zlib_crc32(data, value)
 
 
 def file_crc(path, offset: int = 0, length: int | None = None, value: int = 0) -> int:
-    """crc32 of a byte range of a file, streamed in 8 MiB pieces."""
-    with open(path, "rb") as f:
-        f.seek(offset)
-        left = length
-        while left is None or left > 0:
-            piece = f.read(8 << 20 if left is None else min(8 << 20, left))
-            if not piece:
-                break
-            value = crc32(piece, value)
-            if left is not None:
-                left -= len(piece)
-        if left:
-            raise CorruptIndexError(f"{path}: file is truncated")
-    return value
+    """zlib crc32 of a byte range of a file (files of the previous convention)."""
+    return file_checksum(path, ZLIB, offset, length, value)
+
+
+def missing_file(path) -> CorruptIndexError:
+    """The error for a file the manifest names that is not there (raise missing_file(path))."""
+    return CorruptIndexError(f"{path}: file named by the manifest is missing")
 
 
 def fsync_dir(path) -> None:
@@ -71,11 +69,11 @@ def _kind_bytes(kind: str) -> bytes:
     return raw.ljust(8, b"\0")
 
 
-def frame(kind: str, payload: bytes, version: int = FORMAT_VERSION) -> bytes:
-    return _HEAD.pack(MAGIC, _kind_bytes(kind), version, crc32(payload), len(payload)) + payload
+def frame(kind: str, payload: bytes) -> bytes:
+    return _HEAD.pack(MAGIC, _kind_bytes(kind), FRAME_VERSION, update(CRC32C, payload), len(payload)) + payload
 
 
-def unframe(data: bytes, kind: str, name, version: int = FORMAT_VERSION) -> memoryview:
+def unframe(data: bytes, kind: str, name) -> memoryview:
     """Checks a framed blob and returns its payload; CorruptIndexError names the file."""
     if len(data) < _HEAD.size:
         raise CorruptIndexError(f"{name}: file is truncated ({len(data)} bytes)")
@@ -84,31 +82,33 @@ def unframe(data: bytes, kind: str, name, version: int = FORMAT_VERSION) -> memo
         raise CorruptIndexError(f"{name}: not a vecsift file (bad magic)")
     if k != _kind_bytes(kind):
         raise CorruptIndexError(f"{name}: holds {k.rstrip(bytes(1)).decode(errors='replace')!r}, expected {kind!r}")
-    if ver != version:
-        raise CorruptIndexError(f"{name}: format version {ver}, this vecsift reads version {version}")
+    if ver not in _FRAME_ALGO:
+        raise CorruptIndexError(f"{name}: format version {ver}, this vecsift reads versions {sorted(_FRAME_ALGO)}")
     payload = memoryview(data)[_HEAD.size:]
     if len(payload) != length:
         raise CorruptIndexError(f"{name}: payload is {len(payload)} bytes, header says {length}")
-    if crc32(payload) != crc:
+    if update(_FRAME_ALGO[ver], payload) != crc:
         raise CorruptIndexError(f"{name}: checksum mismatch")
     return payload
 
 
 def write_blob(path, kind: str, payload: bytes) -> int:
-    """Writes a framed blob durably; returns the crc32 of the whole file."""
+    """Writes a framed blob durably; returns the CRC-32C of the whole file (its manifest entry's "crc32c")."""
     data = frame(kind, payload)
     write_durable(path, data)
-    return crc32(data)
+    return update(CRC32C, data)
 
 
-def read_blob(path, kind: str, expected_crc: int | None = None) -> memoryview:
+def read_blob(path, kind: str, entry=None) -> memoryview:
+    """The payload of a framed blob; `entry`: its manifest entry ({"crc32c"} or an old {"crc"}), or an old
+    entry's zlib crc32 as an int, or None (the frame's own checksum only)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except FileNotFoundError:
-        raise CorruptIndexError(f"{path}: file named by the manifest is missing") from None
-    if expected_crc is not None and crc32(data) != expected_crc:
-        raise CorruptIndexError(f"{path}: checksum does not match the manifest")
+        raise missing_file(path) from None
+    if entry is not None:
+        check(entry if isinstance(entry, dict) else {ZLIB: entry}, data, path)
     return unframe(data, kind, path)
 
 

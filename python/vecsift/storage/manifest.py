@@ -6,7 +6,8 @@ every manifest vecsift has written (fields added later take their defaults);
 keys it does not know are kept in ``extra`` and written back unchanged, so a
 newer writer's fields survive a commit by an older one.
 
-File entries stay plain dicts ({"file", "rows"?, "crc"}) because the stages
+File entries stay plain dicts ({"file", "rows"?, "crc32c"}, or "crc" for a zlib crc32
+written before the CRC-32C convention, storage/checksum.py) because the stages
 that own those files define them (stages/dense.py, stages/sparse.py).
 """
 from __future__ import annotations
@@ -50,11 +51,11 @@ class Manifest:
     created: float = 0.0
     index_heading_path: bool = False
     sparse_params: dict = field(default_factory=dict)
-    vectors: dict = field(default_factory=dict)  # {"file", "rows", "crc"}
+    vectors: dict = field(default_factory=dict)  # {"file", "rows", "crc32c"}
     dense: dict | None = None  # the dense stage's entry
     sparse: dict | None = None  # the BM25 stage's entry
-    segments: list = field(default_factory=list)  # [{"file", "rows", "crc"}]
-    filters: dict = field(default_factory=dict)  # {"file", "crc"}
+    segments: list = field(default_factory=list)  # [{"file", "rows", "crc32c"}]
+    filters: dict = field(default_factory=dict)  # {"file", "crc32c"}
     search_defaults: dict = field(default_factory=dict)
     payload: dict = field(default_factory=dict)  # user state committed with the data (check_payload)
     extra: dict = field(default_factory=dict)  # keys of a newer writer, kept as they are

@@ -1,12 +1,14 @@
 """Append-only row files: float32 vectors (read through numpy.memmap) and binary codes.
 
-Layout: a 64-byte header (magic, kind, format version, dtype, row width, crc of
-the header) followed by fixed-width rows. Rows are written with pwrite at the
+Layout: a 64-byte header (magic, kind, format version, dtype, row width,
+checksum of the header: CRC-32C from version 2, zlib crc32 in version 1, both
+read) followed by fixed-width rows. Rows are written with pwrite at the
 end as they are added; only the manifest says how many are committed. A reader
 maps exactly the committed rows and ignores anything past them; the writer
-truncates those bytes when it opens the file. The crc32 of the committed rows
-is kept incrementally (crc32 continues over appended bytes) and stored in the
-manifest, so a commit never re-reads old rows.
+truncates those bytes when it opens the file. The checksum of the committed
+rows is kept incrementally (it continues over appended bytes) and stored in the
+manifest entry (`entry()`), so a commit never re-reads old rows; a file whose
+entry carries a zlib crc32 (written before CRC-32C) keeps that algorithm.
 """
 from __future__ import annotations
 
@@ -17,28 +19,32 @@ import struct
 import numpy as np
 
 from vecsift.errors import CorruptIndexError
-from vecsift.storage.framing import MAGIC, crc32, file_crc
+from vecsift.storage.checksum import CRC32C, ZLIB, algo_of, file_checksum, update, value_of
+from vecsift.storage.framing import MAGIC, missing_file
 
 HEADER_BYTES = 64
-ROWFILE_VERSION = 1
+ROWFILE_VERSION = 2
+_HEADER_ALGO = {1: ZLIB, 2: CRC32C}
 _DTYPES = {"float32": np.float32, "uint8": np.uint8}
 
 
-def _header(kind: str, dtype: str, width: int) -> bytes:
-    body = struct.pack("<8s8sI8sQ", MAGIC, kind.encode().ljust(8, b"\0"), ROWFILE_VERSION,
+def _header(kind: str, dtype: str, width: int, version: int = ROWFILE_VERSION) -> bytes:
+    body = struct.pack("<8s8sI8sQ", MAGIC, kind.encode().ljust(8, b"\0"), version,
                        dtype.encode().ljust(8, b"\0"), width)
-    return (body + struct.pack("<I", crc32(body))).ljust(HEADER_BYTES, b"\0")
+    return (body + struct.pack("<I", update(_HEADER_ALGO[version], body))).ljust(HEADER_BYTES, b"\0")
 
 
 class RowFile:
     """One append-only file of fixed-width rows of `dtype` x `width`."""
 
-    def __init__(self, path, kind: str, dtype: str, width: int, rows: int, crc: int, writable: bool):
+    def __init__(self, path, kind: str, dtype: str, width: int, rows: int, crc: int, writable: bool,
+                 algo: str = CRC32C):
         self.path = str(path)
         self.kind, self.dtype, self.width = kind, dtype, int(width)
         self.row_bytes = np.dtype(_DTYPES[dtype]).itemsize * self.width
         self.rows = rows  # rows written (committed + pending)
-        self.crc = crc  # crc32 of all rows written
+        self.crc = crc  # checksum of all rows written
+        self.algo = algo
         self._fd = os.open(self.path, os.O_RDWR if writable else os.O_RDONLY)
 
     @classmethod
@@ -51,21 +57,32 @@ class RowFile:
             os.close(fd)
         return cls(path, kind, dtype, width, 0, 0, writable=True)
 
+    def entry(self) -> dict:
+        """The manifest entry of the rows written so far."""
+        return {"file": os.path.basename(self.path), "rows": self.rows, self.algo: self.crc}
+
     @classmethod
-    def open(cls, path, kind: str, dtype: str, width: int, rows: int, crc: int, writable: bool) -> "RowFile":
+    def open_entry(cls, directory, entry: dict, kind: str, dtype: str, width: int, writable: bool) -> "RowFile":
+        """open() of the file a manifest entry names, with the entry's row count and checksum."""
+        return cls.open(os.path.join(directory, entry["file"]), kind, dtype, width, entry["rows"], value_of(entry),
+                        writable, algo_of(entry))
+
+    @classmethod
+    def open(cls, path, kind: str, dtype: str, width: int, rows: int, crc: int, writable: bool,
+             algo: str = CRC32C) -> "RowFile":
         """Checks header and length against the manifest; the writer cuts uncommitted bytes."""
         try:
             with open(path, "rb") as f:
                 head = f.read(HEADER_BYTES)
                 size = os.fstat(f.fileno()).st_size
         except FileNotFoundError:
-            raise CorruptIndexError(f"{path}: file named by the manifest is missing") from None
+            raise missing_file(path) from None
         if len(head) < HEADER_BYTES or head[:8] != MAGIC:
             raise CorruptIndexError(f"{path}: not a vecsift row file (bad magic or truncated header)")
-        if head != _header(kind, dtype, width):
+        if head not in (_header(kind, dtype, width, v) for v in _HEADER_ALGO):
             raise CorruptIndexError(f"{path}: header does not match (kind {kind}, version {ROWFILE_VERSION}, "
                                     f"{dtype} x {width} expected)")
-        rf = cls(path, kind, dtype, width, rows, crc, writable)
+        rf = cls(path, kind, dtype, width, rows, crc, writable, algo)
         need = HEADER_BYTES + rows * rf.row_bytes
         if size < need:
             rf.close()
@@ -83,7 +100,7 @@ class RowFile:
         done = 0
         while done < len(data):
             done += os.pwrite(self._fd, data[done:], off + done)
-        self.crc = crc32(data, self.crc)
+        self.crc = update(self.algo, data, self.crc)
         self.rows += len(rows)
 
     def sync(self) -> None:
@@ -114,13 +131,13 @@ class RowFile:
         got = os.preadv(self._fd, [buf], HEADER_BYTES) if n else 0
         if got != n:
             raise CorruptIndexError(f"{self.path}: file is truncated")
-        if crc32(buf) != crc:
+        if update(self.algo, buf) != crc:
             raise CorruptIndexError(f"{self.path}: checksum mismatch")
         return np.frombuffer(buf, dtype=_DTYPES[self.dtype]).reshape(rows, self.width)
 
     def verify(self, rows: int, crc: int) -> None:
-        """Streams the committed rows through crc32 (reads the whole file)."""
-        if file_crc(self.path, HEADER_BYTES, rows * self.row_bytes) != crc:
+        """Streams the committed rows through the checksum (reads the whole file)."""
+        if file_checksum(self.path, self.algo, HEADER_BYTES, rows * self.row_bytes) != crc:
             raise CorruptIndexError(f"{self.path}: checksum mismatch")
 
     def close(self) -> None:

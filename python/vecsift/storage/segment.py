@@ -1,7 +1,7 @@
 """Chunk segments: one Arrow IPC file per commit holding the chunks it added.
 
 Arrow keeps its own framing; the schema metadata says kind and format
-version, and the manifest holds the file's crc32 and row count.
+version, and the manifest entry holds the file's checksum (CRC-32C) and row count.
 """
 from __future__ import annotations
 
@@ -10,22 +10,17 @@ import os
 import pyarrow as pa
 
 from vecsift.errors import CorruptIndexError
-from vecsift.storage.framing import FORMAT_VERSION, crc32, file_crc, write_durable
+from vecsift.storage.checksum import CRC32C, check_file, update
+from vecsift.storage.framing import FORMAT_VERSION, missing_file, write_durable
 
 SEGMENT_META = {b"vecsift_kind": b"segment", b"vecsift_format": str(FORMAT_VERSION).encode()}
-
-
-def missing(path) -> CorruptIndexError:
-    """The error for a file the manifest names that is not there."""
-    return CorruptIndexError(f"{path}: file named by the manifest is missing")
 
 
 def read_segment(path, entry: dict) -> pa.Table:
     """The segment's chunks, memory-mapped, checked against the manifest entry."""
     if not os.path.exists(path):
-        raise missing(path)
-    if file_crc(path) != entry["crc"]:
-        raise CorruptIndexError(f"{path}: checksum does not match the manifest")
+        raise missing_file(path)
+    check_file(entry, path)
     try:
         table = pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
     except (pa.ArrowInvalid, OSError) as exc:
@@ -39,11 +34,11 @@ def read_segment(path, entry: dict) -> pa.Table:
 
 
 def write_segment(path, table: pa.Table) -> int:
-    """Writes the segment durably (the caller fsyncs the directory); returns its crc32."""
+    """Writes the segment durably (the caller fsyncs the directory); returns its CRC-32C."""
     table = table.replace_schema_metadata(SEGMENT_META)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as w:
         w.write_table(table)
     data = sink.getvalue().to_pybytes()
     write_durable(path, data)
-    return crc32(data)
+    return update(CRC32C, data)

@@ -701,8 +701,10 @@ def _terms_by_id(vocab: dict) -> list:
 def _as_rows(rows, n_rows) -> np.ndarray:
     """delete()'s argument as int64 row numbers below n_rows."""
     from pyroaring import AbstractBitMap
+
+    from vecsift.allow import bitmap_rows
     if isinstance(rows, AbstractBitMap):
-        ids = np.frombuffer(rows.to_array(), dtype=np.uint32).astype(np.int64)
+        ids = bitmap_rows(rows)
     else:
         arr = np.atleast_1d(np.asarray(rows))
         if arr.dtype == np.bool_:

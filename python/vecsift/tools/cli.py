@@ -236,6 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("dir")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_info)
+
+    from vecsift.tools.cli_pg import add_pg_commands  # import-pg, sync-pg
+    add_pg_commands(sub)
     return p
 
 

@@ -46,20 +46,15 @@
 #include "vecsift/kernels/hnsw_kernels.hpp"
 #include "vecsift/kernels/parallel.hpp"
 #include "vecsift/kernels/topk.hpp"
+#include "vecsift/index/planner.hpp"
 
 namespace vecsift {
 
 constexpr int kHnswMaxLevel = 30;
 constexpr uint64_t kMaxLabel = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
 
-// Filtered search scans the allowed rows exactly when there are fewer than
-// sqrt(kScanGamma * ef * n) of them: graph cost grows like ef / selectivity,
-// scan cost like n * selectivity, so they cross at A^2 = gamma * ef * n.
-// Measured with bench/bench_hnsw.py (crossover section, single thread): the
-// forced walk and the forced scan cost the same at gamma ~ 62 on GloVe 399k
-// (ef 64 and 160) and ~ 26 on a 60k slice; 40 sits between the two, and the
-// choice costs little near the crossover, where both paths are equally fast.
-constexpr double kScanGamma = 40.0;
+// Filtered searches ask the planner (index/planner.hpp) whether to scan the
+// allowed rows exactly or walk the graph.
 
 // A byte buffer that is either owned (anonymous mmap, huge pages when large)
 // or borrowed from a file mapping. Growing a borrowed buffer copies it into an
@@ -140,6 +135,9 @@ struct HnswScratch {
   std::vector<HnswKeyId> cand, top, sel, prune, chosen;
   std::vector<uint32_t> nbr, kept;
   std::vector<float> keys, query;
+  // Counters of the current query (search statistics): distances computed,
+  // nodes expanded (hops), rows scored by the exact scan.
+  uint64_t ndist = 0, nhops = 0, nscan = 0;
 
   void prepare(size_t n, size_t max_links, size_t dim) {
     const size_t words = (n + 63) / 64;
@@ -229,7 +227,7 @@ class HNSWGraph {
     level_ = clamp_level(level);
     kern_ = graph_kernels(level_, metric_ == Metric::L2, dim_);
   }
-  double scan_threshold(size_t ef) const { return std::sqrt(kScanGamma * static_cast<double>(ef) * n_); }
+  double scan_threshold(size_t ef) const { return graph_scan_threshold(n_, ef); }
 
   // Labels of all nodes, by internal id (tombstoned ones included).
   std::vector<uint64_t> labels() const {
@@ -240,10 +238,17 @@ class HNSWGraph {
   // ---------------------------------------------------------------- add
   // Inserts m rows with the given labels (or label_bound()...+m-1 when null).
   // Every check happens before anything changes: on error nothing is added.
-  void add(const float* x, size_t m, const uint64_t* labels_in, size_t threads) {
+  //
+  // cancel (polled before each row): when it is raised the rows not yet
+  // started are dropped again, so the call leaves a prefix of its rows fully
+  // linked and the rest absent (their labels free); returns the rows added.
+  size_t add(const float* x, size_t m, const uint64_t* labels_in, size_t threads,
+             const std::atomic<bool>* cancel = nullptr) {
     std::lock_guard<std::mutex> w(writer_);
-    if (!m) return;
+    if (!m) return 0;
+    ensure_verified();  // an unverified mapped file: its level-0 links before any insert reads them
     size_t n0;
+    const uint64_t bound0 = label_bound_;
     {
       std::unique_lock<std::shared_mutex> ex(rw_);
       n0 = n_;
@@ -274,23 +279,36 @@ class HNSWGraph {
     parallel_for(nt, nt, [&](size_t) {
       ScratchLease lease(*this);
       HnswScratch& s = *lease.s;
-      for (size_t i = next.fetch_add(1); i < n0 + m; i = next.fetch_add(1)) insert(static_cast<uint32_t>(i), s);
+      // Every index handed out is inserted, so the rows started form a prefix.
+      while (!(cancel && cancel->load(std::memory_order_relaxed))) {
+        const size_t i = next.fetch_add(1);
+        if (i >= n0 + m) break;
+        insert(static_cast<uint32_t>(i), s);
+      }
     });
+    const size_t done = std::min(next.load(), n0 + m);
+    if (done == n0 + m) return m;
+    sh.unlock();
+    truncate(done, bound0);
+    return done - n0;
   }
 
   // ---------------------------------------------------------------- search
   // Top-k for nq queries; labels -1 / scores -inf pad rows with fewer than k
   // eligible results. Scores are similarities (ip, cosine, -squared l2).
   // filter_mode (for tests and calibration): 0 auto, 1 always walk the graph, 2 always scan.
+  // out_stats (optional, nq x 3): distances computed, nodes expanded, rows scanned exactly.
+  // cancel (polled before each query): remaining queries are skipped; the caller discards the output.
   void search(const float* queries, size_t nq, size_t k, size_t ef, const AllowSpec& allow, size_t threads,
-              int64_t* out_labels, float* out_scores, int filter_mode = 0) const {
+              int64_t* out_labels, float* out_scores, int filter_mode = 0, uint64_t* out_stats = nullptr,
+              const std::atomic<bool>* cancel = nullptr) const {
     std::shared_lock<std::shared_mutex> r(rw_);
     std::vector<uint64_t> filter_bits;
     Eligible elig{live_bits_.data(), live()};
     bool scan = false;
     std::vector<uint32_t> filter_list;
-    if (allow.labels && filter_mode != 1 &&
-        (filter_mode == 2 || static_cast<double>(allow.nlabels) <= scan_threshold(std::max(ef, k)))) {
+    const size_t beam = std::max(ef, k);
+    if (allow.labels && filter_mode != 1 && (filter_mode == 2 || scan_exactly(allow.nlabels, k, n_, beam))) {
       // Few allowed labels: scan them directly, no bitset over all rows.
       filter_list.reserve(allow.nlabels);
       for (size_t j = 0; j < allow.nlabels; ++j) {
@@ -307,7 +325,7 @@ class HNSWGraph {
       size_t c = 0;
       for (uint64_t w : filter_bits) c += static_cast<size_t>(__builtin_popcountll(w));
       elig = Eligible{filter_bits.data(), c};
-      scan = filter_mode == 0 ? static_cast<double>(c) <= scan_threshold(std::max(ef, k)) : filter_mode == 2;
+      scan = filter_mode == 0 ? scan_exactly(c, k, n_, beam) : filter_mode == 2;
     }
     if (n_ == 0) elig.count = 0;
     threads = std::max<size_t>(1, std::min(threads, nq));
@@ -316,8 +334,16 @@ class HNSWGraph {
       HnswScratch& s = *lease.s;
       s.prepare(n_, m0_, dim_);
       const size_t q0 = nq * t / threads, q1 = nq * (t + 1) / threads;
-      for (size_t q = q0; q < q1; ++q)
+      for (size_t q = q0; q < q1; ++q) {
+        if (cancel && cancel->load(std::memory_order_relaxed)) break;
+        s.ndist = s.nhops = s.nscan = 0;
         search_one(queries + q * dim_, k, ef, elig, scan, s, out_labels + q * k, out_scores + q * k);
+        if (out_stats) {
+          out_stats[3 * q] = s.ndist;
+          out_stats[3 * q + 1] = s.nhops;
+          out_stats[3 * q + 2] = s.nscan;
+        }
+      }
     });
   }
 
@@ -347,7 +373,10 @@ class HNSWGraph {
 
   // Save / load: hnsw_io.hpp.
   void save(const std::string& path) const;
-  static std::unique_ptr<HNSWGraph> load(const std::string& path, bool use_mmap);
+  static std::unique_ptr<HNSWGraph> load(const std::string& path, bool use_mmap, bool verify = true);
+  // CRC-32C of the payload of the file this graph was last saved to or loaded from (0: neither).
+  uint32_t file_crc() const { return file_crc_; }
+  bool verified() const { return !unverified_; }
 
  private:
   friend struct HnswFile;
@@ -468,6 +497,24 @@ class HNSWGraph {
     maybe_drop_mapping();
   }
 
+  // Drops nodes [keep, n_) again: rows of an interrupted add that were never
+  // started (no links to or from them, never ready). bound0: label_bound before that add.
+  void truncate(size_t keep, uint64_t bound0) {
+    std::unique_lock<std::shared_mutex> ex(rw_);
+    uint64_t bound = bound0;
+    for (size_t i = keep; i < n_; ++i)
+      if (!identity_) label_to_id_.erase(labels_[i]);
+    for (size_t i = 0; i < keep; ++i) bound = std::max(bound, labels_[i] + 1);
+    upper_words_ = keep < n_ ? upper_off_[keep] : upper_words_;
+    labels_.resize(keep);
+    levels_.resize(keep);
+    state_.resize(keep);
+    upper_off_.resize(keep);
+    live_bits_.resize((keep + 63) / 64);
+    label_bound_ = bound;
+    n_ = keep;
+  }
+
   void maybe_drop_mapping() {
     if (mapping_ && records_.owned() && (upper_.owned() || upper_words_ == 0)) mapping_.reset();
   }
@@ -527,6 +574,8 @@ class HNSWGraph {
       const uint32_t* l = links(cur, lev);
       const size_t cnt = std::min<size_t>(load_count(l), m_);
       for (size_t j = 0; j < cnt; ++j) s.nbr[j] = load_link(l, j);
+      ++s.nhops;
+      s.ndist += cnt;
       kern_.batch(q, records_.data(), rec_bytes_, s.nbr.data(), cnt, dim_, s.keys.data());
       for (size_t j = 0; j < cnt; ++j)
         if (s.keys[j] < cur_key) {
@@ -544,6 +593,7 @@ class HNSWGraph {
                     const Elig& elig) const {
     const size_t maxc = lev == 0 ? m0_ : m_;
     const char* base = records_.data();
+    const size_t n = n_;
     s.reset_visited();
     s.cand.clear();
     s.top.clear();
@@ -570,6 +620,7 @@ class HNSWGraph {
       size_t nn = 0;
       for (size_t j = 0; j < cnt; ++j) {
         const uint32_t v = load_link(l, j);
+        if (v >= n) continue;  // only an unverified mapped file can hold one
         uint64_t& w = vis[v >> 6];
         const uint64_t b = uint64_t{1} << (v & 63);
         if (w & b) continue;
@@ -577,7 +628,9 @@ class HNSWGraph {
         w |= b;
         nbr[nn++] = v;
       }
+      ++s.nhops;
       if (!nn) continue;
+      s.ndist += nn;
       kern_.batch(q, base, rec_bytes_, s.nbr.data(), nn, dim_, s.keys.data());
       for (size_t j = 0; j < nn; ++j) {
         const float key = s.keys[j];
@@ -613,6 +666,7 @@ class HNSWGraph {
     if (want && !scan && e != kEmptyEntry) {
       uint32_t cur = entry_id(e);
       float cur_key = kern_.pair(q, vec(cur), dim_);
+      ++s.ndist;
       for (int lev = entry_level(e); lev > 0; --lev) greedy(q, cur, cur_key, lev, s);
       search_layer(q, cur, cur_key, std::max(ef, k), 0, s, [&](uint32_t v) { return elig.test(v); });
       std::sort(s.top.begin(), s.top.end(), [&](const HnswKeyId& a, const HnswKeyId& b) {
@@ -626,7 +680,11 @@ class HNSWGraph {
     }
     // Exact scan: chosen for small allowed sets, and the safety net whenever
     // the walk found fewer than k of the eligible rows.
-    if (found < want) found = scan_eligible(q, k, elig, out_labels, out_scores);
+    if (found < want) {
+      s.nscan += elig.count;
+      s.ndist += elig.count;
+      found = scan_eligible(q, k, elig, out_labels, out_scores);
+    }
     for (size_t j = found; j < k; ++j) {
       out_labels[j] = -1;
       out_scores[j] = -std::numeric_limits<float>::infinity();
@@ -790,6 +848,9 @@ class HNSWGraph {
   std::vector<uint64_t> live_bits_;  // ready and not deleted
   std::unordered_map<uint64_t, uint32_t> label_to_id_;
   std::shared_ptr<FileMapping> mapping_;
+  mutable uint32_t file_crc_ = 0;
+  bool unverified_ = false;  // loaded with verify=false: level-0 links not checked yet
+  void ensure_verified();
 
   std::atomic<uint64_t> entry_{kEmptyEntry};
   std::atomic<size_t> live_{0};

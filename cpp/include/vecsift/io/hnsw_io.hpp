@@ -148,6 +148,7 @@ struct HnswFile {
     h.identity = g.identity_ ? 1 : 0;
     h.payload_crc = crc32c_final(crc);
     h.header_crc = header_crc(h);
+    g.file_crc_ = h.payload_crc;
 
     const std::string tmp = path + ".tmp" + std::to_string(::getpid());
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -186,7 +187,52 @@ struct HnswFile {
     throw CorruptIndex(path + ": " + why);
   }
 
-  static std::unique_ptr<HNSWGraph> load(const std::string& path, bool use_mmap) {
+  static void check_level0(const HNSWGraph& g, const char* rec, uint64_t n, const std::string& path) {
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint32_t* l0 = reinterpret_cast<const uint32_t*>(rec + i * g.rec_bytes_ + g.links_off_);
+      if (l0[0] > g.m0_) corrupt(path, "bad level-0 link count");
+      for (uint32_t j = 0; j < l0[0]; ++j)
+        if (l0[1 + j] >= n) corrupt(path, "level-0 link out of range");
+    }
+  }
+
+  // Reads the whole file once: header checks and the payload CRC (what an
+  // unverified mmap open skipped). Returns the payload CRC.
+  static uint32_t verify_file(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw IndexIoError("cannot open " + path + ": " + std::strerror(errno));
+    struct Closer {
+      int fd;
+      ~Closer() { ::close(fd); }
+    } closer{fd};
+    HnswHeader h;
+    if (::pread(fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h)) corrupt(path, "file too short");
+    if (std::memcmp(h.magic, kMagic, 8) != 0) corrupt(path, "not a vecsift HNSW file (bad magic)");
+    if (h.header_crc != header_crc(h)) corrupt(path, "header checksum mismatch");
+    std::vector<char> buf(8 << 20);
+    uint32_t crc = crc32c_init();
+    uint64_t off = 128;
+    for (;;) {
+      ssize_t r = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(off));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) throw IndexIoError("cannot read " + path + ": " + std::strerror(errno));
+      if (r == 0) break;
+      crc = crc32c_update(crc, buf.data(), static_cast<size_t>(r));
+      off += static_cast<uint64_t>(r);
+    }
+    if (off != h.file_bytes) corrupt(path, "file size disagrees with its header");
+    if (crc32c_final(crc) != h.payload_crc) corrupt(path, "payload checksum mismatch");
+    return h.payload_crc;
+  }
+
+  // verify=false (mmap only): the open checks the header and the small sections
+  // (labels, levels, flags, upper links) and leaves the records on disk: no
+  // payload CRC and no level-0 link check, which would page in the whole file.
+  // Searches bound-check level-0 links, and the first add() runs the check, so
+  // an unverified file can give wrong answers but never an out-of-bounds read;
+  // verify_file() reads everything.
+  static std::unique_ptr<HNSWGraph> load(const std::string& path, bool use_mmap, bool verify = true) {
+    if (!use_mmap) verify = true;
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw IndexIoError("cannot open " + path + ": " + std::strerror(errno));
     struct Closer {
@@ -247,7 +293,7 @@ struct HnswFile {
       mapping->addr = p;
       mapping->bytes = size;
       const char* base = static_cast<const char*>(p);
-      crc = crc32c_update(crc, base + 128, size - 128);
+      if (verify) crc = crc32c_update(crc, base + 128, size - 128);
       std::memcpy(g->labels_.data(), base + l.labels, n * 8);
       std::memcpy(lvv.data(), base + l.levels, n);
       std::memcpy(delv.data(), base + l.state, n);
@@ -279,7 +325,8 @@ struct HnswFile {
         pos = pc.off + pc.bytes;
       }
     }
-    if (crc32c_final(crc) != h.payload_crc) corrupt(path, "payload checksum mismatch");
+    if (verify && crc32c_final(crc) != h.payload_crc) corrupt(path, "payload checksum mismatch");
+    g->file_crc_ = h.payload_crc;
     rec = g->records_.data();
     upper = reinterpret_cast<const uint32_t*>(g->upper_.data());
     const uint8_t* lv = lvv.data();
@@ -303,11 +350,9 @@ struct HnswFile {
       corrupt(path, "bad entry point");
 
     // Graph: every count in range, every link a node that has that level.
+    if (verify) check_level0(*g, rec, n, path);
+    else g->unverified_ = true;
     for (uint64_t i = 0; i < n; ++i) {
-      const uint32_t* l0 = reinterpret_cast<const uint32_t*>(rec + i * h.rec_bytes + g->links_off_);
-      if (l0[0] > g->m0_) corrupt(path, "bad level-0 link count");
-      for (uint32_t j = 0; j < l0[0]; ++j)
-        if (l0[1 + j] >= n) corrupt(path, "level-0 link out of range");
       const uint32_t* up = upper + g->upper_off_[i];
       for (int lev = 1; lev <= lv[i]; ++lev, up += per) {
         if (up[0] > g->m_) corrupt(path, "bad upper link count");
@@ -352,8 +397,13 @@ struct HnswFile {
 };
 
 inline void HNSWGraph::save(const std::string& path) const { HnswFile::save(*this, path); }
-inline std::unique_ptr<HNSWGraph> HNSWGraph::load(const std::string& path, bool use_mmap) {
-  return HnswFile::load(path, use_mmap);
+inline std::unique_ptr<HNSWGraph> HNSWGraph::load(const std::string& path, bool use_mmap, bool verify) {
+  return HnswFile::load(path, use_mmap, verify);
+}
+inline void HNSWGraph::ensure_verified() {
+  if (!unverified_) return;
+  HnswFile::check_level0(*this, records_.data(), n_, "the mapped index");
+  unverified_ = false;
 }
 
 }  // namespace vecsift

@@ -27,21 +27,14 @@ import numpy as np
 from vecsift import _core
 from vecsift.index.binary import BinaryIndex
 from vecsift.errors import CorruptIndexError
-from vecsift.storage.framing import file_crc
+from vecsift.storage.checksum import ZLIB, file_checksum
+from vecsift.storage.framing import missing_file
 from vecsift.storage.rowfile import RowFile
 
 # Chosen by measurement (bench/bench_collection.py, 100k PyPI summaries
 # embedded with all-MiniLM-L6-v2, 1k held-out queries): the smallest power of
 # two whose recall@10 against exact search is >= 0.95 (8: 0.91, 16: 0.96).
 DEFAULT_OVERSAMPLE = 16
-
-
-def similarities(x: np.ndarray, q: np.ndarray, metric: str) -> np.ndarray:
-    """(len(x), len(q)) similarities; cosine rows and queries are already unit length."""
-    s = x @ q.T
-    if metric == "l2":
-        s = 2 * s - np.einsum("ij,ij->i", x, x)[:, None] - np.einsum("ij,ij->i", q, q)[None, :]
-    return s
 
 
 def _top(sc: np.ndarray, rows: np.ndarray, k: int):
@@ -131,11 +124,10 @@ class BQDense:
 
     @classmethod
     def load(cls, directory, entry: dict, dim: int, metric: str, params: dict, writable: bool) -> "BQDense":
-        rf = RowFile.open(os.path.join(directory, entry["file"]), "codes", "uint8", (dim + 7) // 8,
-                          entry["rows"], entry["crc"], writable)
+        rf = RowFile.open_entry(directory, entry, "codes", "uint8", (dim + 7) // 8, writable)
         self = cls(dim, metric, params, rf)
         if entry["rows"]:
-            self.index.add(rf.read_all(entry["rows"], entry["crc"]))  # verified against the manifest
+            self.index.add(rf.read_all(entry["rows"], rf.crc))  # verified against the manifest
         return self
 
     @property
@@ -149,7 +141,7 @@ class BQDense:
 
     def prepare_commit(self, directory, gen: int, vectors) -> dict:
         self.codes.sync()
-        return {"file": os.path.basename(self.codes.path), "rows": self.codes.rows, "crc": self.codes.crc}
+        return self.codes.entry()
 
     def publish(self) -> None:
         """Called with the collection's write lock held (no native search running)."""
@@ -160,9 +152,17 @@ class BQDense:
     def files(self, entry: dict) -> list:
         return [entry["file"]]
 
-    def search(self, vectors, queries, k, allow, n_allowed, ef=None, oversample=None, threads=0):
+    def verify(self, directory, entry) -> None:
+        """The codes were checked against the manifest when read into RAM at open."""
+
+    def search(self, vectors, queries, k, allow, n_allowed, ef=None, oversample=None, threads=0, stats=None):
         c = k * int(oversample if oversample is not None else self.oversample)
         cand, _ = self.index.search(queries, min(c, n_allowed), allow=allow, threads=threads)
+        if stats is not None:
+            stats.codes_scanned += n_allowed * len(queries)  # the Hamming scan visits every allowed code
+            valid = int((cand >= 0).sum())
+            stats.rescored += valid
+            stats.distances += valid
         return rescore(vectors, queries, cand, k, self.metric)
 
     def close(self) -> None:
@@ -208,10 +208,16 @@ class HNSWDense:
             return cls.create(directory, 0, dim, metric, params)
         path = os.path.join(directory, entry["file"])
         if not os.path.exists(path):
-            raise CorruptIndexError(f"{path}: file named by the manifest is missing")
-        if file_crc(path) != entry["crc"]:
+            raise missing_file(path)
+        # One check per open. The writer loads the graph into memory: one read, the loader's CRC-32C in
+        # the same pass. Readers map it and check the header and small sections only, leaving the graph
+        # on disk until searches touch it (verify() reads it all). The manifest names the file's CRC-32C,
+        # which its header carries: a file other than the one committed is refused. Manifests written
+        # before kept a zlib crc32 of the file ("crc"), checked by verify() only.
+        index = HNSWIndex.load(path, mmap=not writable, verify=writable)
+        if "crc32c" in entry and index.file_crc != entry["crc32c"]:
             raise CorruptIndexError(f"{path}: checksum does not match the manifest")
-        self = cls(HNSWIndex.load(path, mmap=not writable))  # readers page the graph in on demand
+        self = cls(index)
         self.entry = dict(entry)
         if params.get("ef_search"):
             self.index.ef_search = int(params["ef_search"])
@@ -241,8 +247,24 @@ class HNSWDense:
         name = f"hnsw-{gen}.idx"
         path = os.path.join(directory, name)
         self.index.save(path)  # temp file, fsync, rename (HNSWIndex.save)
-        self.entry = {"file": name, "crc": file_crc(path)}
+        self.entry = {"file": name, "crc32c": self.index.file_crc}  # computed while writing: no re-read
         return self.entry
+
+    def verify(self, directory, entry) -> None:
+        """Reads the whole graph file and checks it against the manifest."""
+        from vecsift.index.hnsw import HNSWIndex
+
+        if not entry:
+            return
+        path = os.path.join(directory, entry["file"])
+        if not os.path.exists(path):
+            raise missing_file(path)
+        if "crc32c" in entry:
+            ok = HNSWIndex.verify_file(path) == entry["crc32c"]
+        else:
+            ok = file_checksum(path, ZLIB) == entry[ZLIB]
+        if not ok:
+            raise CorruptIndexError(f"{path}: checksum does not match the manifest")
 
     def publish(self) -> None:
         self.growing = False  # the new snapshot counts every row of the graph
@@ -250,8 +272,15 @@ class HNSWDense:
     def files(self, entry) -> list:
         return [entry["file"]] if entry else []
 
-    def search(self, vectors, queries, k, allow, n_allowed, ef=None, oversample=None, threads=0):
-        rows, scores = self.index.search(queries, k=k, ef=ef, allow=allow, threads=threads)
+    def search(self, vectors, queries, k, allow, n_allowed, ef=None, oversample=None, threads=0, stats=None):
+        if stats is not None:
+            rows, scores, st = self.index.search(queries, k=k, ef=ef, allow=allow, threads=threads,
+                                                 return_stats=True)
+            stats.distances += int(st["distances"].sum())
+            stats.hops += int(st["hops"].sum())
+            stats.scanned += int(st["scanned"].sum())
+        else:
+            rows, scores = self.index.search(queries, k=k, ef=ef, allow=allow, threads=threads)
         rows = np.asarray(rows, dtype=np.int64)
         scores = np.asarray(scores, dtype=np.float32)
         scores = np.where(rows >= 0, scores, -np.inf).astype(np.float32)

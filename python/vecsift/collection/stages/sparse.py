@@ -7,8 +7,8 @@ snapshot's allow set, so rows indexed by a commit still in progress, and rows
 that are not allowed, are never scored, and BM25's statistics (N, avgdl, df)
 are those of the allowed rows (statistics="allowed"): a tenant's scores are
 what an index of only its own visible chunks would give. The index file is
-rewritten whole at each commit that changed it (bm25-G.bin) and its crc32 kept
-in the manifest.
+rewritten whole at each commit that changed it (bm25-G.bin) and its CRC-32C kept
+in the manifest (the file keeps its own zlib trailer, text/bm25.py).
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from vecsift.errors import CorruptIndexError
 from vecsift.collection.ingest import HEADING_SEP  # noqa: F401 - documented separator of heading paths
-from vecsift.storage.framing import file_crc
+from vecsift.storage.checksum import CRC32C, check, file_checksum
+from vecsift.storage.framing import missing_file
 
 
 def indexed_texts(table: pa.Table, with_heading_path: bool) -> pa.Array:
@@ -57,11 +57,13 @@ class BM25Sparse:
         if entry is None:
             return cls.create(params)
         path = os.path.join(directory, entry["file"])
-        if not os.path.exists(path):
-            raise CorruptIndexError(f"{path}: file named by the manifest is missing")
-        if file_crc(path) != entry["crc"]:
-            raise CorruptIndexError(f"{path}: checksum does not match the manifest")
-        return cls(BM25Index.load(path), dict(entry))
+        try:  # one read: the manifest's crc and the file's own checks run on the same bytes
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise missing_file(path) from None
+        check(entry, data, path)
+        return cls(BM25Index._from_bytes(data, None, path), dict(entry))
 
     def add_rows(self, start: int, texts: pa.Array) -> None:
         """Indexes the non-null texts of rows start, start+1, ..."""
@@ -82,7 +84,7 @@ class BM25Sparse:
         name = f"bm25-{gen}.bin"
         path = os.path.join(directory, name)
         self.index.save(path)  # written and fsynced; the manifest makes it live
-        self.entry = {"file": name, "crc": file_crc(path)}
+        self.entry = {"file": name, CRC32C: file_checksum(path)}
         self.changed = False
         return self.entry
 

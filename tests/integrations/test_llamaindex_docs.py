@@ -1,0 +1,15 @@
+"""docs/llamaindex.md: its example runs as written (so CI runs the documented example)."""
+from pathlib import Path
+
+from test_langchain_docs import python_blocks
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "llamaindex.md"
+
+
+def test_documented_example_runs(tmp_path, monkeypatch):
+    blocks = python_blocks(DOC)
+    assert blocks, f"no python example in {DOC}"
+    monkeypatch.chdir(tmp_path)
+    for code in blocks:
+        exec(compile(code, str(DOC), "exec"), {"__name__": "docs_example"})
+    assert (tmp_path / "kb" / "MANIFEST").exists()
