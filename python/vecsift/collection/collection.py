@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
-from vecsift._arrays import as_vectors, unit_rows
+from vecsift._arrays import as_vectors, check_k, unit_rows
 from vecsift.collection import embedders
 from vecsift.collection import search as cascade
 from vecsift.collection.commit import write_commit
@@ -617,6 +617,36 @@ class Collection:
         req = cascade.request(q, None, k, "dense", ef=ef, oversample=oversample, threads=threads)
         return cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where), stats).dense
 
+    def bm25_statistics(self, texts, tenant=None, groups=None, where=None) -> list:
+        """BM25 statistics of each text's terms within the rows this filter allows (the allow set
+        search() makes, tenant and ACL rules included): one dict per text,
+        {"n": rows, "total_len": their summed lengths, "df": {term: rows containing it}}.
+
+        A sharded collection sums these over its shards and passes the sums to
+        search_sparse(statistics=...): BM25 scores then equal one collection's over all rows."""
+        texts = _text_list(texts)
+        snap = self._snap
+        allow = self._allow(snap, tenant, groups, where)
+        return [snap.sparse.term_statistics(t, allow) for t in texts]
+
+    def search_sparse(self, texts, statistics=None, k: int = 10, tenant=None, groups=None, where=None) -> list:
+        """BM25 top-k Hits per text scored with the given statistics (one bm25_statistics-style dict
+        per text, e.g. summed over shards) instead of this collection's; None: as mode="sparse"."""
+        texts = _text_list(texts)
+        k = check_k(k)
+        if statistics is not None and (isinstance(statistics, dict) or len(statistics) != len(texts)):
+            raise ValueError("statistics must be a list with one dict per text")
+        snap = self._snap
+        allow = self._allow(snap, tenant, groups, where)
+        out = []
+        for i, t in enumerate(texts):
+            if len(allow) == 0:
+                rows, scores = np.empty(0, np.int64), np.empty(0, np.float32)
+            else:
+                rows, scores = snap.sparse.search(t, k, allow, "allowed" if statistics is None else statistics[i])
+            out.append(snap.hits.build(rows, scores.tolist(), sparse_ranks=list(range(1, len(rows) + 1))))
+        return out
+
     def _allow(self, snap, tenant, groups, where):
         if self._closed:
             raise VecsiftError("the collection is closed")
@@ -641,6 +671,15 @@ class Collection:
     def __repr__(self) -> str:
         return (f"<vecsift.Collection {self._path!r} dim={self.dim} metric={self.metric} index={self.index} "
                 f"rows={len(self)}{' readonly' if self.readonly else ''}>")
+
+
+def _text_list(texts) -> list:
+    if isinstance(texts, str):
+        raise TypeError("texts must be a sequence of strings, got a single string")
+    texts = list(texts)
+    if not all(isinstance(t, str) for t in texts):
+        raise TypeError("text queries must be strings")
+    return texts
 
 
 def open(path, readonly: bool = False, embedder=None) -> Collection:  # noqa: A001 - public name vecsift.open

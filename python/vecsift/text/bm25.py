@@ -91,10 +91,11 @@ class _Scope:
     statistics it scores with: N = n rows of average length avgdl; local means
     they (and df) are those of the kept rows rather than of the whole index;
     df then memoises the terms counted so far (a scope never changes)."""
-    __slots__ = ("keep", "n", "avgdl", "local", "df")
+    __slots__ = ("keep", "n", "avgdl", "local", "df", "total_len")
 
-    def __init__(self, keep, n, avgdl, local):
+    def __init__(self, keep, n, avgdl, local, total_len=0):
         self.keep, self.n, self.avgdl, self.local = keep, n, avgdl, local
+        self.total_len = total_len  # sum of the kept rows' lengths (term_statistics reports it)
         self.df = {}
 
 
@@ -102,10 +103,10 @@ class _View:
     """An immutable snapshot a search reads, rebuilt after each write."""
     __slots__ = ("a", "t", "dl", "alive", "df", "n_live", "n_rows", "everything")
 
-    def __init__(self, a, t, dl, alive, df, n_live, n_rows, avgdl):
+    def __init__(self, a, t, dl, alive, df, n_live, n_rows, total_len):
         self.a, self.t, self.dl, self.alive = a, t, dl, alive
         self.df, self.n_live, self.n_rows = df, n_live, n_rows
-        self.everything = _Scope(alive, n_live, avgdl, False)
+        self.everything = _Scope(alive, n_live, _avgdl(total_len, n_live), False, total_len)
 
 
 def _avgdl(total_len: int, n: int) -> float:
@@ -342,7 +343,7 @@ class BM25Index:
                     self._df, self._df_stale = df, False
                 # rows are written once, so the slice of doclen stays valid for this view
                 self._view = _View(self._a, self._t, self._doclen[:n], alive, self._df, self._n_live, n,
-                                   _avgdl(self._total_len, self._n_live))
+                                   self._total_len)
             return self._view
 
     def _query_terms(self, query: str, v: _View, scope: _Scope):
@@ -394,10 +395,11 @@ class BM25Index:
             if kept is None:
                 kept = np.flatnonzero(keep)
             n = int(kept.size)
+            total = int(v.dl[kept].sum(dtype=np.int64))
             # keep is a subset of the live rows: the same count means the same rows
-            scope = _Scope(keep, n, _avgdl(int(v.dl[kept].sum(dtype=np.int64)), n), n != v.n_live)
+            scope = _Scope(keep, n, _avgdl(total, n), n != v.n_live, total)
         else:
-            scope = _Scope(keep, v.n_live, v.everything.avgdl, False)
+            scope = _Scope(keep, v.n_live, v.everything.avgdl, False, v.everything.total_len)
         if frozen:
             with self._scopes_lock:
                 scopes = self._scopes
@@ -448,10 +450,67 @@ class BM25Index:
         statistics: "index" scores with N, avgdl and df of all live rows (allow
         only filters); "allowed" with those of the allowed live rows, so scores
         equal an index holding only them and say nothing about the other rows
-        (what a Collection uses: one tenant's words never move another's scores)."""
+        (what a Collection uses: one tenant's words never move another's scores);
+        a dict {"n", "total_len", "df"} (term_statistics of every shard, summed)
+        scores with those global numbers, as one index over all shards would."""
         k = check_k(k)
         v = self._get_view()
+        if isinstance(statistics, dict):
+            return self._search_one(query, k, self._given_scope(query, allow, v, statistics), v)
         return self._search_one(query, k, self._scope(allow, v, _check_statistics(statistics)), v)
+
+    def term_statistics(self, query: str, allow=None) -> dict:
+        """The statistics a search for `query` over the allowed live rows would score with:
+        {"n": rows, "total_len": their summed lengths, "df": {term: rows containing it}} for
+        every distinct query token (0 for tokens this index does not hold).
+
+        Indexes holding disjoint rows (shards) sum these and pass the sums to
+        search(statistics=...), which then scores exactly as one index holding all of them."""
+        if not isinstance(query, str):
+            raise TypeError(f"query must be str, got {type(query).__name__}")
+        v = self._get_view()
+        scope = self._scope(allow, v, "allowed")
+        get = self._vocab.get
+        n_terms = v.df.shape[0]
+        tids = {}
+        for w in self.tokenizer(query):
+            if w not in tids:
+                t = get(w)
+                tids[w] = t if t is not None and t < n_terms else None
+        known = [t for t in tids.values() if t is not None]
+        if scope.local:
+            memo = scope.df
+            missing = [t for t in known if t not in memo]
+            if missing:
+                memo.update(zip(missing, _kernels().kept_df(v.a[0], v.a[1], v.t[0], v.t[1],
+                                                             np.array(missing, np.int64), scope.keep).tolist()))
+            df_of = memo.__getitem__
+        else:
+            df_of = v.df.item
+        df = {w: (0 if t is None else int(df_of(t))) for w, t in tids.items()}
+        return {"n": int(scope.n), "total_len": int(scope.total_len), "df": df}
+
+    def _given_scope(self, query, allow, v: _View, stats: dict) -> _Scope:
+        """The allowed rows of `allow`, scored with externally supplied statistics (term_statistics sums)."""
+        try:
+            n, total, df = int(stats["n"]), int(stats["total_len"]), stats["df"]
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("statistics must be 'index', 'allowed' or a dict with n, total_len and df "
+                             "(as term_statistics returns)") from None
+        if n < 0 or total < 0 or not isinstance(df, dict):
+            raise ValueError("statistics: n and total_len must be >= 0 and df a dict of term -> count")
+        keep = self._scope(allow, v, "index").keep
+        scope = _Scope(keep, n, _avgdl(total, n), True, total)
+        get = self._vocab.get
+        n_terms = v.df.shape[0]
+        for w in self.tokenizer(query):
+            t = get(w)
+            if t is not None and t < n_terms:
+                d = df.get(w, 0)
+                if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+                    raise ValueError(f"statistics: df of {w!r} must be an integer >= 0, got {d!r}")
+                scope.df[t] = int(d)
+        return scope
 
     def search_batch(self, queries, k: int = 10, allow=None, allows=None, threads: int = 1,
                      statistics: str = "index"):

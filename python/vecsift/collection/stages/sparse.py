@@ -110,8 +110,13 @@ class BM25Sparse:
         out.changed = True
         return out
 
-    def search(self, text: str, k: int, allow):
+    def search(self, text: str, k: int, allow, statistics="allowed"):
         # Statistics of the allowed rows only: scores computed from other tenants' or
-        # groups' text would let one tell what the others hold.
-        rows, scores = self.index.search(text, k=k, allow=allow, statistics="allowed")
+        # groups' text would let one tell what the others hold. A dict instead: the same
+        # scope's statistics summed over shards (term_statistics), for a sharded collection.
+        rows, scores = self.index.search(text, k=k, allow=allow, statistics=statistics)
         return np.asarray(rows, np.int64), np.asarray(scores, np.float32)
+
+    def term_statistics(self, text: str, allow) -> dict:
+        """N, total length and df of the query's terms within the allowed rows (BM25Index.term_statistics)."""
+        return self.index.term_statistics(text, allow=allow)

@@ -1,0 +1,89 @@
+"""Bulk ingest from Parquet through Ray Data: read, optionally embed, route, send to the shards.
+
+    ingest_parquet(sharded, "s3://bucket/chunks/", embed=model_fn, text_column="text")
+
+Ray Data reads the files in parallel; map_batches runs the embedding step (a
+function of a list of texts returning an (n, dim) float32 array) and then the
+routing step, which sends each batch's rows straight from the Ray Data worker
+to the shard actors (the driver never holds the rows). Tenants are assigned to
+shards by the driver first (one pass over the distinct tenants), so every
+worker routes with the same map. Nothing is searchable until the commit at the
+end (commit=False leaves it to the caller); shards log what they receive, so a
+shard restarted during the ingest keeps it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+
+def _with_vectors(embed, text_column, dim):
+    def run(batch: pa.Table) -> pa.Table:
+        texts = [t or "" for t in batch[text_column].to_pylist()]
+        vecs = np.ascontiguousarray(np.asarray(embed(texts), dtype=np.float32))
+        if vecs.shape != (len(texts), dim):
+            raise ValueError(f"embed returned shape {vecs.shape}, expected ({len(texts)}, {dim})")
+        col = pa.FixedSizeListArray.from_arrays(pa.array(vecs.ravel(), pa.float32()), dim)
+        if "vector" in batch.column_names:
+            batch = batch.drop_columns(["vector"])
+        return batch.append_column("vector", col)
+
+    return run
+
+
+def _router_step(handles, router):
+    def run(batch: pa.Table) -> pa.Table:
+        import ray
+
+        ids = batch["id"].cast(pa.string()).to_pylist()
+        tenants = batch["tenant"].to_pylist() if "tenant" in batch.column_names else None
+        load = np.zeros(router.n, np.int64)
+        shard_of = router.route(ids, tenants, load)
+        shards = np.unique(shard_of).tolist()
+        refs = [handles[s].add.remote(batch.take(pa.array(np.flatnonzero(shard_of == s)))) for s in shards]
+        return pa.table({"shard": pa.array(shards, pa.int64()), "rows": pa.array(ray.get(refs), pa.int64())})
+
+    return run
+
+
+def ingest_parquet(sharded, paths, *, embed=None, text_column: str = "text", batch_size: int = 4096,
+                   commit: bool = True) -> int:
+    """Adds every row of the Parquet file(s) `paths` to `sharded` (a ShardedCollection); returns the row count.
+
+    The files hold Collection.add_table's columns (id, vector or text + embed, tenant, acl, ...)."""
+    import ray
+
+    ds = ray.data.read_parquet(paths)
+    names = ds.schema().names
+    if "id" not in names:
+        raise ValueError("ingest_parquet: the files have no 'id' column")
+    if embed is not None:
+        if text_column not in names:
+            raise ValueError(f"ingest_parquet: embed needs the text column {text_column!r}")
+        ds = ds.map_batches(_with_vectors(embed, text_column, sharded.dim), batch_format="pyarrow",
+                            batch_size=batch_size)
+    elif "vector" not in names:
+        raise ValueError("ingest_parquet: the files have no 'vector' column (pass embed= to compute it)")
+    with sharded._wlock:
+        router = sharded._router
+        if router.routing == "tenant" and "tenant" in names:
+            import pyarrow.compute as pc
+            import pyarrow.dataset as pads
+
+            # one column read on the driver (Ray Data's unique() is a shuffle: far slower)
+            col = pads.dataset(paths, format="parquet").to_table(columns=["tenant"])["tenant"]
+            tenants = [t for t in pc.unique(col).to_pylist() if t is not None]
+            for t in sorted(map(str, tenants)):
+                router.assign(t, sharded._load)  # before any worker routes, so all route alike
+            if tenants:
+                sharded._pending_tenants = True
+        if "acl" in names:
+            sharded._pending_acl = True
+        counts = ds.map_batches(_router_step(sharded._primaries, router), batch_format="pyarrow",
+                                batch_size=batch_size).take_all()
+        for c in counts:
+            sharded._load[int(c["shard"])] += int(c["rows"])
+        total = sum(int(c["rows"]) for c in counts)
+    if commit:
+        sharded.commit()
+    return total
