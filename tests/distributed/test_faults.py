@@ -71,7 +71,9 @@ def test_kill_mid_search_fails_closed_or_flags_partial(plain):
     assert back < 15, back
     kinds = {(kind, partial) for kind, partial, _ in outcomes}
     assert ("partial", False) not in kinds  # partial results only when asked for
-    assert ("refused", False) in kinds and ("partial", True) in kinds, (kinds, back, len(outcomes))
+    # the outage was seen (which of the alternating calls falls into a ~1 s restart is a race);
+    # every outcome is checked below: refused, flagged partial, or the complete answer
+    assert ("refused", False) in kinds or ("partial", True) in kinds, (kinds, back, len(outcomes))
     for kind, partial, got in outcomes:
         if kind == "full":
             assert [[h.id for h in r] for r in got] == want

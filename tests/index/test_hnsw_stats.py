@@ -37,5 +37,7 @@ def test_collection_search_stats(tmp_path):
         if index == "hnsw":
             assert 5 <= st.distances < 5000 and st.hops >= 1
         else:
-            assert st.codes_scanned == 5000 and st.rescored == st.distances == 5 * 16
+            # bound policy: of max(k * oversample, min_candidates) = 20 estimates, only those whose
+            # bound reaches the k-th best are read back, and at least the k returned
+            assert st.codes_scanned == 5000 and st.rescored == st.distances and 5 <= st.rescored <= 20
         c.close()
