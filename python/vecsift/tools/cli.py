@@ -1,4 +1,4 @@
-"""The `vecsift` command: bench, tune, build, search, info.
+"""The `vecsift` command: bench, tune, build, search, info, verify.
 
 User mistakes (bad path, wrong dimension, bad option) print one line on
 stderr and exit with status 2; a traceback means a bug in vecsift.
@@ -154,6 +154,26 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_verify(args) -> int:
+    """Opens the collection read-only and reads every file of its last commit against the manifest.
+    Exit 0: everything checked matched (notes say what could not be checked); 1: a file is corrupt."""
+    from vecsift.collection.collection import open as open_collection
+    from vecsift.errors import CorruptIndexError
+    try:
+        coll = open_collection(args.dir, readonly=True)
+        try:
+            notes = coll.verify()
+        finally:
+            coll.close()
+    except CorruptIndexError as exc:
+        print(f"{args.dir}: CORRUPT: {exc}")
+        return 1
+    for note in notes:
+        print(f"{args.dir}: not checked: {note}")
+    print(f"{args.dir}: ok (generation {coll.manifest.generation}, {len(notes)} note(s))")
+    return 0
+
+
 def cmd_tune(args) -> int:
     from vecsift.collection.collection import open as open_collection
     from vecsift.tools.tune_collection import tune_collection
@@ -237,6 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("dir")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_info)
+
+    v = sub.add_parser("verify", help="read every file of a collection and check it against the manifest")
+    v.add_argument("dir")
+    v.set_defaults(func=cmd_verify)
 
     from vecsift.tools.cli_pg import add_pg_commands  # import-pg, sync-pg
     add_pg_commands(sub)

@@ -31,6 +31,7 @@ from vecsift import _core
 from vecsift.index.binary import BinaryIndex
 from vecsift.errors import CorruptIndexError
 from vecsift.storage.checksum import ZLIB, file_checksum, value_of
+from vecsift.storage import fileops
 from vecsift.storage.framing import missing_file
 from vecsift.storage.rowfile import RowFile
 from vecsift.storage.rowsums import check_rows
@@ -267,7 +268,7 @@ class HNSWDense:
             self.index.add(np.ascontiguousarray(vectors[n0:]), ids=np.arange(n0, len(vectors), dtype=np.uint64))
         name = f"hnsw-{gen}.idx"
         path = os.path.join(directory, name)
-        self.index.save(path)  # temp file, fsync, rename (HNSWIndex.save)
+        fileops.write_via(path, self.index.save)  # one whole-file write at the seam: temp, fsync, rename
         self.entry = {"file": name, "crc32c": self.index.file_crc}  # computed while writing: no re-read
         return self.entry
 

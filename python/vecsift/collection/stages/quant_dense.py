@@ -25,6 +25,7 @@ import numpy as np
 from vecsift.errors import CorruptIndexError
 from vecsift.index.quantised import SUPPORTED_BITS, QuantizedIndex, default_query_bits
 from vecsift.storage.checksum import file_checksum, value_of
+from vecsift.storage import fileops
 from vecsift.storage.framing import missing_file
 from vecsift.storage.rowfile import RowFile
 
@@ -164,7 +165,7 @@ class QuantBQDense:
         if self.model is None and self.index.trained:
             name = f"quant-{gen}.vsq"
             path = os.path.join(directory, name)
-            self.index.save(path, rows=False)
+            fileops.write_via(path, lambda tmp: self.index.save(tmp, rows=False))  # the crash-test seam
             self.model = {"model": name, "model_crc32c": file_checksum(path)}
         entry = {"codes": CODES_FORMAT, **self.codes.entry()}
         entry.update(self.model or {"model": None, "model_crc32c": 0})
