@@ -30,7 +30,7 @@ import numpy as np
 from vecsift import _core
 from vecsift.index.binary import BinaryIndex
 from vecsift.errors import CorruptIndexError
-from vecsift.storage.checksum import ZLIB, file_checksum, value_of
+from vecsift.storage.checksum import CRC32C, ZLIB, file_checksum, update, value_of
 from vecsift.storage import fileops
 from vecsift.storage.framing import missing_file
 from vecsift.storage.rowfile import RowFile
@@ -186,17 +186,31 @@ class HNSWDense:
         self.lock = None
         self.growing = False
         self.entry = None  # manifest entry of the saved graph
-        self._unchecked = None  # path of a mapped graph not yet read in full
+        self._unchecked = None  # (path, fd) of a mapped graph not yet read in full
         self._check_lock = threading.Lock()
 
     def _check_graph(self) -> None:
         """A reader maps the graph and checks only its header and small sections at open, so a flipped
         vector or link would change results silently. Before the first walk the whole file is read once
-        and checked against the manifest (the search pays it, not the open; a writer loaded it verified)."""
+        and checked against the manifest (the search pays it, not the open; a writer loaded it verified).
+        It is read through the descriptor taken at open: a writer may have replaced the name since."""
         with self._check_lock:
-            if self._unchecked is not None:
-                self.verify(os.path.dirname(self._unchecked), self.entry)
-                self._unchecked = None
+            if self._unchecked is None:
+                return
+            path, fd = self._unchecked
+            algo = CRC32C if CRC32C in self.entry else ZLIB
+            start = 128 if algo == CRC32C else 0  # the graph's CRC-32C covers what follows its header
+            value, off = 0, start
+            while True:
+                piece = os.pread(fd, 8 << 20, off)
+                if not piece:
+                    break
+                value = update(algo, piece, value)
+                off += len(piece)
+            if value != self.entry[algo]:
+                raise CorruptIndexError(f"{path}: checksum does not match the manifest")
+            self._unchecked = None
+            os.close(fd)
 
     @staticmethod
     def params(params: dict) -> dict:
@@ -240,7 +254,7 @@ class HNSWDense:
         self = cls(index)
         self.entry = dict(entry)
         if not writable:
-            self._unchecked = path  # read in full before the first walk (_check_graph)
+            self._unchecked = (path, os.open(path, os.O_RDONLY))  # read in full before the first walk
         if params.get("ef_search"):
             self.index.ef_search = int(params["ef_search"])
         return self
@@ -311,7 +325,10 @@ class HNSWDense:
         return rows, scores
 
     def close(self) -> None:
-        pass
+        with self._check_lock:
+            if self._unchecked is not None:
+                os.close(self._unchecked[1])
+                self._unchecked = None
 
 
 class BQKind:
