@@ -14,7 +14,7 @@ import pytest
 import vecsift
 from vecsift.storage import fileops
 
-from crashsim import Recorder, crash_states, materialise, snapshot_dir
+from crashsim import Model, Recorder, crash_states, materialise, snapshot_dir
 
 DIM = 16
 
@@ -111,6 +111,12 @@ def test_every_crash_state_opens_to_a_committed_generation(kind, tmp_path):
         c.close()
         assert before != after
         assert rec.log and any(o[0] == "fsync_dir" for o in rec.log)
+        # the seam saw every write: replaying the whole log gives the directory as it is
+        model = Model(initial)
+        for o in rec.log:
+            model.apply(o)
+        real = {k: v for k, v in snapshot_dir(path).items() if k != "LOCK"}
+        assert {k: v for k, v in model.crash_state("all").items() if k != "LOCK"} == real
         n = 0
         for cut, variant, files, committed in crash_states(initial, rec.log):
             where = root / f"crash-{n}"
@@ -129,4 +135,5 @@ def test_every_crash_state_opens_to_a_committed_generation(kind, tmp_path):
                 assert state_of(str(where))[0] == got[0] + 1
             n += 1
         checked += n
+    print(f"{kind}: {checked} crash states")
     assert checked > 40

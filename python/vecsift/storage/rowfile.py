@@ -208,7 +208,7 @@ class RowFile:
             return [f"{os.path.basename(self.path)}: no block checksums (written before them), so searches do "
                     f"not check its rows as they read them; the whole-file checksum matched"]
         sums = known[0]
-        whole, bad = rowsums.verify_region(self.path, self._fd, HEADER_BYTES, n, sums, self.algo,
+        whole, bad = rowsums.verify_region(self.path, self._fd, HEADER_BYTES, n, sums,
                                            lambda b, v: update(self.algo, b, v))
         if bad:
             b = bad[0]

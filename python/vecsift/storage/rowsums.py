@@ -14,13 +14,14 @@ CRC-32C pass over each block the first time any of its rows is read: at most the
 """
 from __future__ import annotations
 
+import os
 import struct
 import threading
 
 import numpy as np
 
 from vecsift.errors import CorruptIndexError
-from vecsift.storage.checksum import CRC32C, crc32c
+from vecsift.storage.checksum import crc32c
 
 BLOCK_BYTES = 64 << 10
 KIND = "rowsums"
@@ -172,10 +173,8 @@ def check_all(vectors) -> None:
         c.all()
 
 
-def verify_region(path, fd, offset: int, data_bytes: int, sums: Sums, algo: str, crc_fn):
+def verify_region(path, fd, offset: int, data_bytes: int, sums: Sums, crc_fn):
     """Streams the data region once: (whole-region checksum with `crc_fn`, list of failing block numbers)."""
-    import os
-
     bad, whole, pos, b = [], 0, 0, 0
     piece = max(sums.block, (8 << 20) // sums.block * sums.block)
     table = sums.table()
@@ -193,6 +192,3 @@ def verify_region(path, fd, offset: int, data_bytes: int, sums: Sums, algo: str,
         pos += want
     return whole, bad
 
-
-__all__ = ["BLOCK_BYTES", "CRC32C", "Checks", "CheckedRows", "Sums", "check_all", "check_rows", "checked",
-           "sums_from_bytes", "verify_region"]
