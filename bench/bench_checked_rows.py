@@ -112,8 +112,8 @@ def main(argv=None) -> int:
             c.search(queries[0], k=args.k)  # warm the code path (numba, allocators), not the blocks
             res[mode]["first"].append(qps(c, queries, args.k))
             res[mode]["second"].append(qps(c, queries, args.k))
-            checks = getattr(c.snapshot().vectors, "checks", None)
-            if checks is not None:
+            if mode == "checked":
+                checks = c.snapshot().vectors.checks
                 left = checks.left
             if r == 0:
                 ids = [[h.id for h in c.search(q, k=args.k)] for q in queries[:50]]
