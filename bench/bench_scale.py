@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import os
 import platform
 import subprocess
@@ -38,7 +39,7 @@ import vecsift
 from vecsift.eval import recall_at_k
 
 REAL = Path(os.environ.get("VECSIFT_MINILM", "/work/shared/data/pypi-minilm/vectors.f16.npy"))
-WORK = Path(os.environ.get("VECSIFT_SCALE_DIR", "/tmp/vecsift-scale"))
+WORK = Path(os.environ.get("VECSIFT_SCALE_DIR", "/work/bench-data"))
 DIM = 384
 BLOCK = 250_000
 
@@ -161,6 +162,7 @@ def reader_main(args):
     index = vecsift.IVFIndex.open(args.index, vectors=base)
     q = np.load(args.queries)
     index.search(q, 10, nprobe=args.nprobe, oversample=args.oversample, threads=1)
+    index.search(q, 10, nprobe=args.nprobe, oversample=args.oversample, threads=1)
     after = smaps_rollup()
     ipss, irss = mapping_pss(args.index)
     print(json.dumps({"anon_delta": after["Anonymous"] - before["Anonymous"], "anon": after["Anonymous"],
@@ -186,16 +188,39 @@ def readers(n_readers, index_path, base_path, q_path, nprobe, oversample):
 
 
 # ---------------------------------------------------------------- timing
+LAT_DETAIL = {}
+
+
 def latency(fn, queries):
+    """p50 / p99 ms of one query per call, after a warm-up pass over the same
+    queries (warm cache: the rows they rescore are mapped). Page faults and
+    context switches during the timed pass go to LAT_DETAIL (per query)."""
     t = []
-    for q in queries[:20]:
+    for q in queries:
         fn(q)
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
     for q in queries:
         t0 = time.perf_counter()
         fn(q)
         t.append(time.perf_counter() - t0)
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
     t = np.array(t) * 1e3
+    LAT_DETAIL.clear()
+    LAT_DETAIL.update({"minflt_per_q": (r1.ru_minflt - r0.ru_minflt) / len(queries),
+                       "majflt_per_q": (r1.ru_majflt - r0.ru_majflt) / len(queries),
+                       "nivcsw_per_q": (r1.ru_nivcsw - r0.ru_nivcsw) / len(queries),
+                       "p90_ms": round(float(np.percentile(t, 90)), 3),
+                       "max_ms": round(float(t.max()), 3),
+                       "over_5ms": int((t > 5).sum())})
     return float(np.percentile(t, 50)), float(np.percentile(t, 99))
+
+
+def warm(arr, step=1 << 16):
+    """Reads a mapped array once so its pages are in the page cache."""
+    acc = 0.0
+    for s in range(0, arr.shape[0], step):
+        acc += float(np.asarray(arr[s:s + step]).reshape(-1)[::1024].sum())
+    return acc
 
 
 def batch_qps(fn, queries, reps=3):
@@ -225,7 +250,13 @@ def main():
     ap.add_argument("--nlist", type=int, default=None)
     ap.add_argument("--nprobe", type=str, default="16,32,64,128")
     ap.add_argument("--oversample", type=str, default="8,16")
-    ap.add_argument("--refine", type=str, default="1,8")
+    ap.add_argument("--refine", type=str, default="8", help="sign scorer only")
+    ap.add_argument("--scorer", default="rabitq")
+    ap.add_argument("--bits", type=int, default=2)
+    ap.add_argument("--centre", default="global")
+    ap.add_argument("--rescore", type=str, default="bound")
+    ap.add_argument("--faiss-nprobe", type=str, default=None, help="default: --nprobe")
+    ap.add_argument("--faiss-qb", type=int, default=None, help="faiss query bits (default: vecsift's)")
     ap.add_argument("--latency-queries", type=int, default=300)
     ap.add_argument("--qps-queries", type=int, default=1000, help="queries in each batch-QPS call")
     ap.add_argument("--faiss-oversample", type=str, default=None, help="default: none + --oversample")
@@ -241,7 +272,7 @@ def main():
     ap.add_argument("--queries")
     args = ap.parse_args()
     if args.reader:
-        args.nprobe, args.oversample = int(args.nprobe), int(args.oversample)
+        args.nprobe, args.oversample = int(args.nprobe), int(args.oversample.split(",")[0])
         return reader_main(args)
 
     phases = set(args.phase.split(","))
@@ -300,72 +331,84 @@ def main():
     nlist = args.nlist or vecsift.index.partitioned.default_nlist(args.n)
     nprobes = [int(x) for x in args.nprobe.split(",")]
     oversamples = [int(x) for x in args.oversample.split(",")]
-    refines = [int(x) for x in args.refine.split(",")]
+    refines = [int(x) for x in args.refine.split(",")] if args.scorer == "sign" else [1]
+    rescores = args.rescore.split(",") if args.scorer == "rabitq" else ["-"]
     result["nlist"] = nlist
     lat_q = queries[:args.latency_queries]
     qps_q = queries[:args.qps_queries]
 
     # ---- vecsift IVF
     if run_all or "ivf" in phases:
-        index_path = WORK / f"ivf_{tag}_{nlist}.ivf"
+        kind = (f"rabitq{args.bits}{args.centre[0]}" if args.scorer == "rabitq" else "sign")
+        index_path = WORK / f"ivf_{tag}_{nlist}_{kind}.ivf"
         if args.rebuild or not index_path.exists():
             t0 = time.perf_counter()
-            ix = vecsift.IVFIndex(DIM, nlist, "ip")
+            ix = vecsift.IVFIndex(DIM, nlist, "ip", scorer=args.scorer, bits=args.bits, centre=args.centre)
             ix.train(base)
             t1 = time.perf_counter()
             ix.add(base)
             t2 = time.perf_counter()
             ix.save(index_path, include_vectors=False)
             t3 = time.perf_counter()
-            result["ivf_build"] = {"train_s": t1 - t0, "add_s": t2 - t1, "save_s": t3 - t2, "total_s": t3 - t0,
-                                   "balance": ix.balance()}
+            result[f"ivf_build_{kind}"] = {"train_s": t1 - t0, "add_s": t2 - t1, "save_s": t3 - t2,
+                                           "total_s": t3 - t0, "balance": ix.balance()}
             del ix
-            print("build", result["ivf_build"], flush=True)
+            print("build", result[f"ivf_build_{kind}"], flush=True)
+            save()
         index = vecsift.IVFIndex.open(index_path, vectors=base)
+        t0 = time.perf_counter()
+        warm(base)
+        warm(index._layout.codes)
+        print(f"warmed rows and codes in {time.perf_counter() - t0:.1f} s", flush=True)
+        result["ivf_kind"] = kind
         result["ivf_disk_bytes_per_vector"] = os.path.getsize(index_path) / args.n
         result["ivf_balance"] = index.balance()
         rows = []
         for npb in nprobes:
             for os_ in oversamples:
                 for rf in refines:
-                    kw = dict(nprobe=npb, oversample=os_, refine=rf)
-                    ids, _, st = index.search(queries, 10, threads=2, return_stats=True, **kw)
-                    rec = recall_at_k(ids, gt_ids, 10)
-                    qps = batch_qps(lambda q: index.search(q, 10, threads=2, **kw), qps_q)
-                    p50, p99 = latency(lambda q: index.search(q, 10, threads=1, **kw), lat_q)
-                    row = {**kw, "recall": round(rec, 4), "p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
-                           "qps_2t": round(qps), "rows_scanned": st["rows"] // len(queries)}
-                    rows.append(row)
-                    print("ivf", row, flush=True)
-        result["ivf"] = rows
+                    for rs in rescores:
+                        kw = dict(nprobe=npb, oversample=os_)
+                        kw.update(refine=rf) if args.scorer == "sign" else kw.update(rescore=rs)
+                        ids, _, st = index.search(queries, 10, threads=2, return_stats=True, **kw)
+                        rec = recall_at_k(ids, gt_ids, 10)
+                        qps = batch_qps(lambda q: index.search(q, 10, threads=2, **kw), qps_q)
+                        p50, p99 = latency(lambda q: index.search(q, 10, threads=1, **kw), lat_q)
+                        row = {**kw, "recall": round(rec, 4), "p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
+                               "qps_2t": round(qps), "rows_scanned": st["rows"] // len(queries),
+                               "rescored": round(st.get("rescored", 0) / len(queries), 1), **LAT_DETAIL}
+                        rows.append(row)
+                        print("ivf", row, flush=True)
+        result[f"ivf_{kind}"] = rows
         frows = []
         for name, a in allow.items():
             for npb in nprobes[-2:]:
-                kw = dict(nprobe=npb, oversample=oversamples[-1], refine=refines[-1], allow=a)
+                kw = dict(nprobe=npb, oversample=oversamples[-1], allow=a)
+                kw.update(refine=refines[-1]) if args.scorer == "sign" else kw.update(rescore=rescores[-1])
                 ids, _, st = index.search(queries, 10, threads=2, return_stats=True, **kw)
                 p50, p99 = latency(lambda q: index.search(q, 10, threads=1, **kw), lat_q[:100])
-                row = {"filter": name, "nprobe": npb, "oversample": oversamples[-1], "refine": refines[-1],
+                row = {"filter": name, "nprobe": npb, "oversample": oversamples[-1],
                        "recall": round(recall_at_k(ids, gt_f[name], 10), 4),
                        "min_rows_returned": int((ids >= 0).sum(1).min()), "p50_ms": round(p50, 3),
                        "p99_ms": round(p99, 3), "exact_path_queries": st["exact"],
                        "lists_probed": st["lists"] / len(queries)}
                 frows.append(row)
                 print("ivf filtered", row, flush=True)
-        result["ivf_filtered"] = frows
+        result[f"ivf_filtered_{kind}"] = frows
         save()
         del index
         if not args.skip_readers:
             npb, os_ = nprobes[-1], oversamples[-1]
             one_first, one_now = readers(1, index_path, base_path, q_path, npb, os_)
             four_first, four_now = readers(4, index_path, base_path, q_path, npb, os_)
-            result["memory"] = {
+            result[f"memory_{kind}"] = {
                 "anon_bytes_per_vector_after_open": one_first[0]["anon_delta"] / args.n,
                 "index_file_rss_bytes_per_vector": one_first[0]["index_rss"] / args.n,
                 "one_reader": one_now[0], "four_readers": four_now,
                 "pss_ratio_4_vs_1": sum(r["pss"] for r in four_now) / one_now[0]["pss"],
                 "index_pss_ratio_4_vs_1": sum(r["index_pss"] for r in four_now) / max(1, one_now[0]["index_pss"]),
             }
-            print("memory", result["memory"], flush=True)
+            print("memory", result[f"memory_{kind}"], flush=True)
             save()
 
     # ---- faiss IndexIVFRaBitQ, same nlist / nprobe / bits
@@ -373,27 +416,35 @@ def main():
         import faiss
         t0 = time.perf_counter()
         quant = faiss.IndexFlatIP(DIM)
-        fx = faiss.IndexIVFRaBitQ(quant, DIM, nlist, faiss.METRIC_INNER_PRODUCT, True, 1)
+        fx = faiss.IndexIVFRaBitQ(quant, DIM, nlist, faiss.METRIC_INNER_PRODUCT, True, args.bits)
         sample = np.random.default_rng(0).choice(args.n, size=min(args.n, nlist * 64), replace=False)
         fx.train(np.ascontiguousarray(base[np.sort(sample)]))
+        # Exact rescoring inside faiss (C++): IndexRefineFlat holds its own float32 copy of the rows
+        # (adds go to both; the copy costs a memcpy of the rows).
+        ref = faiss.IndexRefineFlat(fx)
         for s in range(0, args.n, BLOCK):
-            fx.add(np.ascontiguousarray(base[s:s + BLOCK]))
+            ref.add(np.ascontiguousarray(base[s:s + BLOCK]))
         result["faiss_build_s"] = time.perf_counter() - t0
         print(f"faiss build {result['faiss_build_s']:.1f} s", flush=True)
+        qb = args.faiss_qb or vecsift.index.quantised.default_query_bits(args.bits)
+        result["faiss_params"] = {"bits": args.bits, "qb": qb, "nlist": nlist, "refine": "IndexRefineFlat"}
         rows = []
-        for npb in nprobes:
+        fnprobes = [int(x) for x in (args.faiss_nprobe or args.nprobe).split(",")]
+        for npb in fnprobes:
             for os_ in ([1] + oversamples if args.faiss_oversample is None
                         else [int(x) for x in args.faiss_oversample.split(",")]):
                 p = faiss.IVFRaBitQSearchParameters()
                 p.nprobe = npb
-                p.qb = 8
-                kk = 10 * os_
+                p.qb = qb
+                rp = faiss.IndexRefineSearchParameters()
+                rp.k_factor, rp.base_index_params = float(os_), p
 
                 def fsearch(q, threads):
                     faiss.omp_set_num_threads(threads)
                     q = q.reshape(-1, DIM)
-                    _, c = fx.search(q, kk, params=p)
-                    return c if os_ == 1 else rescore(base, q, c)
+                    if os_ == 1:
+                        return fx.search(q, 10, params=p)[1]
+                    return ref.search(q, 10, params=rp)[1]
                 ids = fsearch(queries, 2)
                 rec = recall_at_k(ids, gt_ids, 10)
                 qps = batch_qps(lambda q: fsearch(q, 2), qps_q)
@@ -402,7 +453,7 @@ def main():
                        "p50_ms": round(p50, 3), "p99_ms": round(p99, 3), "qps_2t": round(qps)}
                 rows.append(row)
                 print("faiss", row, flush=True)
-        result["faiss_ivf_rabitq"] = rows
+        result[f"faiss_ivf_rabitq_{args.bits}bit"] = rows
         faiss.omp_set_num_threads(os.cpu_count())
         save()
 
