@@ -162,11 +162,12 @@ def reader_main(args):
     index = vecsift.IVFIndex.open(args.index, vectors=base)
     q = np.load(args.queries)
     index.search(q, 10, nprobe=args.nprobe, oversample=args.oversample, threads=1)
-    index.search(q, 10, nprobe=args.nprobe, oversample=args.oversample, threads=1)
     after = smaps_rollup()
     ipss, irss = mapping_pss(args.index)
+    rpss, rrss = mapping_pss(args.base)
     print(json.dumps({"anon_delta": after["Anonymous"] - before["Anonymous"], "anon": after["Anonymous"],
-                      "pss": after["Pss"], "rss": after["Rss"], "index_pss": ipss, "index_rss": irss}), flush=True)
+                      "pss": after["Pss"], "rss": after["Rss"], "index_pss": ipss, "index_rss": irss,
+                      "rows_pss": rpss, "rows_rss": rrss}), flush=True)
     sys.stdin.read()
 
 
@@ -180,7 +181,8 @@ def readers(n_readers, index_path, base_path, q_path, nprobe, oversample):
     for p in procs:
         r = smaps_rollup(p.pid)
         ipss, _ = mapping_pss(index_path, p.pid)
-        now.append({"pss": r["Pss"], "index_pss": ipss, "anon": r["Anonymous"]})
+        rpss, rrss = mapping_pss(base_path, p.pid)
+        now.append({"pss": r["Pss"], "index_pss": ipss, "anon": r["Anonymous"], "rows_pss": rpss, "rows_rss": rrss})
     for p in procs:
         p.stdin.close()
         p.wait()
@@ -195,23 +197,30 @@ def latency(fn, queries):
     """p50 / p99 ms of one query per call, after a warm-up pass over the same
     queries (warm cache: the rows they rescore are mapped). Page faults and
     context switches during the timed pass go to LAT_DETAIL (per query)."""
-    t = []
+    t, csw, flt = [], [], []
     for q in queries:
         fn(q)
-    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
     for q in queries:
+        r0 = resource.getrusage(who)
         t0 = time.perf_counter()
         fn(q)
         t.append(time.perf_counter() - t0)
-    r1 = resource.getrusage(resource.RUSAGE_SELF)
-    t = np.array(t) * 1e3
+        r1 = resource.getrusage(who)
+        csw.append(r1.ru_nivcsw - r0.ru_nivcsw)
+        flt.append(r1.ru_minflt - r0.ru_minflt + r1.ru_majflt - r0.ru_majflt)
+    t, csw, flt = np.array(t) * 1e3, np.array(csw), np.array(flt)
+    slow = t > 2 * np.percentile(t, 50)
     LAT_DETAIL.clear()
-    LAT_DETAIL.update({"minflt_per_q": (r1.ru_minflt - r0.ru_minflt) / len(queries),
-                       "majflt_per_q": (r1.ru_majflt - r0.ru_majflt) / len(queries),
-                       "nivcsw_per_q": (r1.ru_nivcsw - r0.ru_nivcsw) / len(queries),
-                       "p90_ms": round(float(np.percentile(t, 90)), 3),
-                       "max_ms": round(float(t.max()), 3),
-                       "over_5ms": int((t > 5).sum())})
+    LAT_DETAIL.update({"faults_per_q": round(float(flt.mean()), 3),
+                       "preempted_share": round(float((csw > 0).mean()), 3),
+                       "slow_share": round(float(slow.mean()), 3),
+                       # of the queries slower than 2x the median, how many were preempted or faulted
+                       "slow_preempted": round(float((csw[slow] > 0).mean()), 3) if slow.any() else None,
+                       "slow_faulted": round(float((flt[slow] > 0).mean()), 3) if slow.any() else None,
+                       "p50_unpreempted_ms": round(float(np.percentile(t[csw == 0], 50)), 3) if (csw == 0).any() else None,
+                       "p99_unpreempted_ms": round(float(np.percentile(t[csw == 0], 99)), 3) if (csw == 0).any() else None,
+                       "p90_ms": round(float(np.percentile(t, 90)), 3), "max_ms": round(float(t.max()), 3)})
     return float(np.percentile(t, 50)), float(np.percentile(t, 99))
 
 
@@ -256,6 +265,7 @@ def main():
     ap.add_argument("--centre", default="global")
     ap.add_argument("--rescore", type=str, default="bound")
     ap.add_argument("--faiss-nprobe", type=str, default=None, help="default: --nprobe")
+    ap.add_argument("--filter-nprobe", type=str, default=None, help="default: the last two of --nprobe")
     ap.add_argument("--faiss-qb", type=int, default=None, help="faiss query bits (default: vecsift's)")
     ap.add_argument("--latency-queries", type=int, default=300)
     ap.add_argument("--qps-queries", type=int, default=1000, help="queries in each batch-QPS call")
@@ -382,7 +392,7 @@ def main():
         result[f"ivf_{kind}"] = rows
         frows = []
         for name, a in allow.items():
-            for npb in nprobes[-2:]:
+            for npb in ([int(x) for x in args.filter_nprobe.split(",")] if args.filter_nprobe else nprobes[-2:]):
                 kw = dict(nprobe=npb, oversample=oversamples[-1], allow=a)
                 kw.update(refine=refines[-1]) if args.scorer == "sign" else kw.update(rescore=rescores[-1])
                 ids, _, st = index.search(queries, 10, threads=2, return_stats=True, **kw)

@@ -166,6 +166,9 @@ inline void ivf_quant_encode(const IVFQView& v, const float* rows, const int64_t
 
 class IVFQuantSearcher {
  public:
+  // Unfiltered calls with at least this many queries take the list-major batch path.
+  static constexpr size_t kBatchQueries = 8;
+
   IVFQuantSearcher(const IVFQView& v, Level level)
       : v_(v), level_(level), ip_(ip_kernel(level)), l2_(l2sq_kernel(level)) {}
 
@@ -174,6 +177,8 @@ class IVFQuantSearcher {
   void search(const float* queries, size_t nq, const IVFQParams& p, const AllowSet* allow, size_t threads,
               int64_t* out_ids, float* out_scores, IVFQStats* stats) const {
     if (allow && allow->size() != v_.nrows) throw std::invalid_argument("allow length does not match the index size");
+    if (!allow && v_.ncentres == 1 && nq >= kBatchQueries && v_.nlist > 1)
+      return search_batch(queries, nq, p, threads, out_ids, out_scores, stats);
     threads = std::max<size_t>(1, std::min(threads, nq));
     std::vector<IVFQStats> per(threads);
     parallel_for(threads, threads, [&](size_t t) {
@@ -319,27 +324,12 @@ class IVFQuantSearcher {
         return;
       }
     }
-    sc.cscore.resize(v_.nlist);
-    if (v_.metric == Metric::L2) {
-      l2sq_block(q, v_.centroids, v_.nlist, v_.dim, sc.cscore.data(), level_);
-      for (size_t c = 0; c < v_.nlist; ++c) sc.cscore[c] = -sc.cscore[c];
-    } else {
-      ip_block(q, v_.centroids, v_.nlist, v_.dim, sc.cscore.data(), level_);
-    }
-    sc.order.resize(v_.nlist);
-    std::iota(sc.order.begin(), sc.order.end(), 0u);
+    rank_lists(q, p.nprobe, sc);
     const float* cs = sc.cscore.data();
     auto by_score = [cs](uint32_t a, uint32_t b) { return cs[a] > cs[b] || (cs[a] == cs[b] && a < b); };
     size_t sorted_upto = std::min(p.nprobe, v_.nlist);
-    std::partial_sort(sc.order.begin(), sc.order.begin() + sorted_upto, sc.order.end(), by_score);
     if (allow && sc.lanes.size() < v_.nblocks()) sc.lanes.resize(v_.nblocks());
-
-    // Rotate the (padded) query once.
-    sc.pad.assign(v_.D, 0.0f);
-    std::copy(q, q + v_.dim, sc.pad.begin());
-    sc.rq.resize(v_.D);
-    sc.qr.resize(v_.D);
-    rotate(v_.rotation, v_.D, sc.pad.data(), sc.rq.data(), level_);
+    rotate_query(q, sc);
     sc.lq.resize(v_.ncentres);
     const bool per_list = v_.ncentres > 1;
     QuantEstimator e{};
@@ -373,6 +363,12 @@ class IVFQuantSearcher {
       quant_sums(level_, blocks, sc.query.luts.data(), sc.query.passes(), 0, b1 - b0, sink);
     }
     auto cand = top.sorted();
+    finish(q, cand, sc.lq, per_list, p, ids, scores, st);
+  }
+
+  // Rescoring of the code-stage candidates (best first) by the policy of p.
+  void finish(const float* q, std::vector<Candidate<float>>& cand, const std::vector<ListQuery>& lq, bool per_list,
+              const IVFQParams& p, int64_t* ids, float* scores, IVFQStats& st) const {
     if (p.rescore == IVFRescore::None) {
       for (size_t j = 0; j < p.k; ++j) {
         ids[j] = j < cand.size() ? v_.slot_row[cand[j].id] : -1;
@@ -388,7 +384,7 @@ class IVFQuantSearcher {
       std::vector<float> lo(cand.size()), hi(cand.size());
       for (size_t j = 0; j < cand.size(); ++j) {
         const size_t s = static_cast<size_t>(cand[j].id);
-        const ListQuery& L = sc.lq[per_list ? list_of_slot(s) : 0];
+        const ListQuery& L = lq[per_list ? list_of_slot(s) : 0];
         const double var = static_cast<double>(L.norm2) * fh[s] + static_cast<double>(L.dq) * L.dq / 12.0;
         const float h = static_cast<float>(p.confidence * L.mq * fg[s] * std::sqrt(var));
         lo[j] = -cand[j].key - h;
@@ -411,6 +407,125 @@ class IVFQuantSearcher {
       fin.push(-exact(q, r), r);
     }
     write(fin, p.k, ids, scores);
+  }
+
+  // Batched unfiltered search with one code centre: every query's lists are
+  // chosen first, then each list is scanned once for all the queries that
+  // probe it (its codes stay in cache across them), threads over lists.
+  // The lists probed and the candidates kept are those of one() per query.
+  void search_batch(const float* queries, size_t nq, const IVFQParams& p, size_t threads, int64_t* out_ids,
+                    float* out_scores, IVFQStats* stats) const {
+    threads = std::max<size_t>(1, threads);
+    const size_t ncand = std::max<size_t>(p.k, p.k * p.oversample);
+    std::vector<QuantQuery> qq(nq);
+    std::vector<QuantEstimator> est(nq);
+    std::vector<std::vector<ListQuery>> lq(nq);
+    std::vector<std::vector<uint32_t>> probes(nq);
+    std::vector<IVFQStats> per(threads);
+    const size_t tq = std::min(threads, nq);
+    parallel_for(tq, tq, [&](size_t t) {
+      Scratch sc;
+      for (size_t q = nq * t / tq; q < nq * (t + 1) / tq; ++q) {
+        const float* x = queries + q * v_.dim;
+        rank_lists(x, p.nprobe, sc);
+        size_t seen = 0, probed = 0, sorted_upto = std::min(p.nprobe, v_.nlist);
+        const float* cs = sc.cscore.data();
+        auto by_score = [cs](uint32_t a, uint32_t b) { return cs[a] > cs[b] || (cs[a] == cs[b] && a < b); };
+        for (; probed < v_.nlist; ++probed) {
+          if (probed >= p.nprobe && seen >= ncand) break;
+          if (probed == sorted_upto) {
+            std::sort(sc.order.begin() + sorted_upto, sc.order.end(), by_score);
+            sorted_upto = v_.nlist;
+          }
+          const size_t l = sc.order[probed];
+          if (v_.list_block[l] == v_.list_block[l + 1]) continue;
+          seen += static_cast<size_t>(v_.list_size[l]);
+          probes[q].push_back(static_cast<uint32_t>(l));
+          per[t].rows += static_cast<uint64_t>(v_.list_size[l]);
+          ++per[t].lists;
+        }
+        rotate_query(x, sc);
+        sc.lq.resize(1);
+        prepare_centre(0, x, sc, p, est[q]);
+        qq[q] = sc.query;
+        lq[q] = sc.lq;
+      }
+    });
+    // list -> queries probing it
+    std::vector<size_t> off(v_.nlist + 1, 0);
+    for (size_t q = 0; q < nq; ++q)
+      for (uint32_t l : probes[q]) ++off[l + 1];
+    for (size_t l = 0; l < v_.nlist; ++l) off[l + 1] += off[l];
+    std::vector<uint32_t> who(off[v_.nlist]);
+    {
+      std::vector<size_t> fill(off.begin(), off.end() - 1);
+      for (size_t q = 0; q < nq; ++q)
+        for (uint32_t l : probes[q]) who[fill[l]++] = static_cast<uint32_t>(q);
+    }
+    // Threads take list ranges of about equal work (rows x queries).
+    std::vector<double> cum(v_.nlist + 1, 0.0);
+    for (size_t l = 0; l < v_.nlist; ++l)
+      cum[l + 1] = cum[l] + static_cast<double>(v_.list_size[l]) * static_cast<double>(off[l + 1] - off[l]);
+    const size_t ts = std::max<size_t>(1, std::min(threads, v_.nlist));
+    std::vector<size_t> cut(ts + 1, v_.nlist);
+    cut[0] = 0;
+    for (size_t t = 1; t < ts; ++t)
+      cut[t] = static_cast<size_t>(std::lower_bound(cum.begin(), cum.end(), cum[v_.nlist] * t / ts) - cum.begin());
+    std::vector<TopK<float>> tops(ts * nq, TopK<float>(ncand));
+    const size_t stride = v_.block_stride(), nslots = v_.nslots();
+    const float *fa = v_.factors, *fsu = fa + nslots, *fadd = fsu + nslots;
+    parallel_for(ts, ts, [&](size_t t) {
+      for (size_t l = cut[t]; l < std::max(cut[t], cut[t + 1]); ++l) {
+        const size_t b0 = v_.list_block[l], b1 = v_.list_block[l + 1];
+        if (b0 == b1) continue;
+        const size_t size = static_cast<size_t>(v_.list_size[l]);
+        const QuantBlocks blocks{v_.codes + b0 * stride, v_.bits, v_.J, b1 - b0, quant_last_mask(size), nullptr};
+        const size_t slot0 = b0 * kQuantBlockRows;
+        for (size_t j = off[l]; j < off[l + 1]; ++j) {
+          const size_t q = who[j];
+          Sink sink{tops[t * nq + q], QuantScoreArgs{fa + slot0, fsu + slot0, fadd + slot0, est[q]}, slot0};
+          quant_sums(level_, blocks, qq[q].luts.data(), qq[q].passes(), 0, b1 - b0, sink);
+        }
+      }
+    });
+    parallel_for(tq, tq, [&](size_t t) {
+      for (size_t q = nq * t / tq; q < nq * (t + 1) / tq; ++q) {
+        for (size_t u = 1; u < ts; ++u) tops[q].merge(tops[u * nq + q]);
+        auto cand = tops[q].sorted();
+        finish(queries + q * v_.dim, cand, lq[q], false, p, out_ids + q * p.k, out_scores + q * p.k, per[t]);
+      }
+    });
+    if (stats)
+      for (const auto& s : per) {
+        stats->lists += s.lists;
+        stats->rows += s.rows;
+        stats->rescored += s.rescored;
+      }
+  }
+
+  // Centroid similarities into sc.cscore and the first nprobe lists ranked in sc.order.
+  void rank_lists(const float* q, size_t nprobe, Scratch& sc) const {
+    sc.cscore.resize(v_.nlist);
+    if (v_.metric == Metric::L2) {
+      l2sq_block(q, v_.centroids, v_.nlist, v_.dim, sc.cscore.data(), level_);
+      for (size_t c = 0; c < v_.nlist; ++c) sc.cscore[c] = -sc.cscore[c];
+    } else {
+      ip_block(q, v_.centroids, v_.nlist, v_.dim, sc.cscore.data(), level_);
+    }
+    sc.order.resize(v_.nlist);
+    std::iota(sc.order.begin(), sc.order.end(), 0u);
+    const float* cs = sc.cscore.data();
+    auto by_score = [cs](uint32_t a, uint32_t b) { return cs[a] > cs[b] || (cs[a] == cs[b] && a < b); };
+    std::partial_sort(sc.order.begin(), sc.order.begin() + std::min(nprobe, v_.nlist), sc.order.end(), by_score);
+  }
+
+  // The padded query rotated once into sc.rq.
+  void rotate_query(const float* q, Scratch& sc) const {
+    sc.pad.assign(v_.D, 0.0f);
+    std::copy(q, q + v_.dim, sc.pad.begin());
+    sc.rq.resize(v_.D);
+    sc.qr.resize(v_.D);
+    rotate(v_.rotation, v_.D, sc.pad.data(), sc.rq.data(), level_);
   }
 
   IVFQView v_;
