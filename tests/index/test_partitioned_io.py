@@ -309,3 +309,23 @@ def test_processes_share_the_mapped_pages(tmp_path):
     # With two processes mapping the same pages, each is charged about half.
     assert rss >= codes_bytes * 0.9
     assert pss <= 0.6 * rss
+
+
+def test_cli_info_and_tune_on_an_ivf_file(tmp_path, capsys):
+    from vecsift.tools.cli import main
+    x, _ = _data(3000, 1, dim=32, seed=11)
+    ix = IVFIndex.build(x, nlist=16, nprobe=1)
+    path = tmp_path / "t.ivf"
+    ix.save(path, include_vectors=False)
+    np.save(tmp_path / "rows.npy", x)
+    assert main(["info", str(path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["scorer"], info["n"], info["nlist"], info["format"]) == ("rabitq", 3000, 16, 2)
+    assert info["balance"]["lists"] == 16 and info["balance"]["min"] > 0
+    assert main(["tune", str(path), "--vectors", str(tmp_path / "rows.npy"), "--target-recall", "0.9",
+                 "--sample", "100", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    chosen = int(out.strip().splitlines()[-1].split("nprobe=")[1].split()[0])
+    tuned = IVFIndex.open(path, vectors=x)
+    assert tuned.nprobe == chosen > 1
+    assert main(["tune", str(path), "--target-recall", "0.9"]) == 2  # rows not given: a clear error

@@ -564,3 +564,52 @@ def _check_confidence(z) -> float:
             or z < 0:
         raise ValueError(f"confidence must be a finite number >= 0, got {z!r}")
     return float(z)
+
+
+# ------------------------------------------------------------ tools (vecsift info / vecsift tune)
+def describe(path) -> dict:
+    """Parameters, sizes and list balance of a saved IVF index file (no rows needed)."""
+    meta, arr = partitioned_io.read(path, verify="none")
+    version = meta.pop("_version", 1)
+    sizes = np.asarray(arr["list_size"]) if "list_size" in arr else np.zeros(int(meta.get("nlist", 0)), np.int64)
+    n = int(meta.get("n", 0))
+    nbytes = os.path.getsize(path)
+    out = {"kind": "ivf", "format": version}
+    for key in ("scorer", "bits", "query_bits", "code_dim", "centre", "metric", "dim", "n", "nlist", "nprobe",
+                "oversample", "rescore", "confidence", "refine", "has_vectors"):
+        if key in meta:
+            out[key] = meta[key]
+    out["file_bytes"] = nbytes
+    out["file_bytes_per_vector"] = round(nbytes / n, 1) if n else None
+    out["balance"] = kmeans.balance(sizes)
+    return out
+
+
+def tune_nprobe(index: "IVFIndex", target: float = 0.95, k: int = 10, sample: int = 500, queries=None,
+                seed: int = 0, high: int | None = None, **search_kw):
+    """Smallest nprobe whose recall@k against exact search (lower 95% bound over
+    the tuning queries) reaches ``target``; queries default to ``sample`` rows
+    of the index drawn with ``seed``. Returns vecsift.tools.tune.TuneResult."""
+    from vecsift.index.flat import exact_search
+    from vecsift.tools.tune import tune
+
+    if len(index) == 0:
+        raise ValueError("the index holds no rows to tune on")
+    if queries is None:
+        rng = np.random.default_rng(seed)
+        pick = np.sort(rng.choice(len(index), size=min(sample, len(index)), replace=False))
+        queries = np.asarray(index._vectors[pick], dtype=np.float32)
+    q = as_vectors(queries, "queries", dim=index.dim)
+    truth = np.empty((q.shape[0], k), dtype=np.int64)
+    step = 1 << 18
+    best_s = np.full((q.shape[0], k), -np.inf, dtype=np.float32)
+    truth[:] = -1
+    for s in range(0, len(index), step):  # exact top-k over the rows in blocks (memmap friendly)
+        blk = np.ascontiguousarray(index._vectors[s:s + step])
+        i, sc = exact_search(blk, q, k, index.metric)
+        i = np.where(i >= 0, i + s, -1)
+        ci, cs = np.concatenate([truth, i], 1), np.concatenate([best_s, sc], 1)
+        o = np.argsort(-cs, axis=1, kind="stable")[:, :k]
+        truth, best_s = np.take_along_axis(ci, o, 1), np.take_along_axis(cs, o, 1)
+    return tune(lambda p: index.search(q, k, nprobe=p, **search_kw)[0], truth, k, target, 1,
+                high or index.nlist)
