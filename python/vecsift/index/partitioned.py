@@ -585,13 +585,12 @@ def describe(path) -> dict:
     return out
 
 
-def tune_nprobe(index: "IVFIndex", target: float = 0.95, k: int = 10, sample: int = 500, queries=None,
-                seed: int = 0, high: int | None = None, **search_kw):
-    """Smallest nprobe whose recall@k against exact search (lower 95% bound over
-    the tuning queries) reaches ``target``; queries default to ``sample`` rows
-    of the index drawn with ``seed``. Returns vecsift.tools.tune.TuneResult."""
+def tuning_queries(index: "IVFIndex", k: int = 10, sample: int = 500, queries=None, seed: int = 0):
+    """(queries, exact top-k ids) for tuning nprobe: ``queries`` or ``sample``
+    rows of the index drawn with ``seed``; the truth is an exact scan of the
+    index's rows in blocks (memmap friendly). vecsift.tools.cli (`vecsift
+    tune FILE.ivf`) searches the nprobe that reaches a recall target on them."""
     from vecsift.index.flat import exact_search
-    from vecsift.tools.tune import tune
 
     if len(index) == 0:
         raise ValueError("the index holds no rows to tune on")
@@ -600,16 +599,14 @@ def tune_nprobe(index: "IVFIndex", target: float = 0.95, k: int = 10, sample: in
         pick = np.sort(rng.choice(len(index), size=min(sample, len(index)), replace=False))
         queries = np.asarray(index._vectors[pick], dtype=np.float32)
     q = as_vectors(queries, "queries", dim=index.dim)
-    truth = np.empty((q.shape[0], k), dtype=np.int64)
+    truth = np.full((q.shape[0], k), -1, dtype=np.int64)
+    best = np.full((q.shape[0], k), -np.inf, dtype=np.float32)
     step = 1 << 18
-    best_s = np.full((q.shape[0], k), -np.inf, dtype=np.float32)
-    truth[:] = -1
-    for s in range(0, len(index), step):  # exact top-k over the rows in blocks (memmap friendly)
+    for s in range(0, len(index), step):
         blk = np.ascontiguousarray(index._vectors[s:s + step])
         i, sc = exact_search(blk, q, k, index.metric)
         i = np.where(i >= 0, i + s, -1)
-        ci, cs = np.concatenate([truth, i], 1), np.concatenate([best_s, sc], 1)
+        ci, cs = np.concatenate([truth, i], 1), np.concatenate([best, sc], 1)
         o = np.argsort(-cs, axis=1, kind="stable")[:, :k]
-        truth, best_s = np.take_along_axis(ci, o, 1), np.take_along_axis(cs, o, 1)
-    return tune(lambda p: index.search(q, k, nprobe=p, **search_kw)[0], truth, k, target, 1,
-                high or index.nlist)
+        truth, best = np.take_along_axis(ci, o, 1), np.take_along_axis(cs, o, 1)
+    return q, truth

@@ -161,12 +161,13 @@ def cmd_info(args) -> int:
 
 def _tune_ivf(args) -> int:
     import numpy as np
-    from vecsift.index.partitioned import IVFIndex, tune_nprobe
+    from vecsift.index.partitioned import IVFIndex, tuning_queries
+    from vecsift.tools.tune import tune
     rows = np.load(args.vectors, mmap_mode="r") if args.vectors else None
     index = IVFIndex.open(args.dir, vectors=rows)
-    queries = np.load(args.queries) if args.queries else None
-    result = tune_nprobe(index, target=args.target_recall, k=args.k, sample=args.sample, queries=queries,
-                         seed=args.seed)
+    q, truth = tuning_queries(index, k=args.k, sample=args.sample, seed=args.seed,
+                              queries=np.load(args.queries) if args.queries else None)
+    result = tune(lambda p: index.search(q, args.k, nprobe=p)[0], truth, args.k, args.target_recall, 1, index.nlist)
     print(f"{'nprobe':>10} {'recall@' + str(args.k):>10} {'lower 95%':>10}")
     for param, mean, low in sorted(result.curve):
         print(f"{param:>10} {mean:>10.4f} {low:>10.4f}")

@@ -167,7 +167,7 @@ inline void ivf_quant_encode(const IVFQView& v, const float* rows, const int64_t
 class IVFQuantSearcher {
  public:
   // Unfiltered calls with at least this many queries take the list-major batch path.
-  static constexpr size_t kBatchQueries = 8;
+  static constexpr size_t kBatchQueries = 8, kBatchChunk = 4096;
 
   IVFQuantSearcher(const IVFQView& v, Level level)
       : v_(v), level_(level), ip_(ip_kernel(level)), l2_(l2sq_kernel(level)) {}
@@ -177,8 +177,14 @@ class IVFQuantSearcher {
   void search(const float* queries, size_t nq, const IVFQParams& p, const AllowSet* allow, size_t threads,
               int64_t* out_ids, float* out_scores, IVFQStats* stats) const {
     if (allow && allow->size() != v_.nrows) throw std::invalid_argument("allow length does not match the index size");
-    if (!allow && v_.ncentres == 1 && nq >= kBatchQueries && v_.nlist > 1)
-      return search_batch(queries, nq, p, threads, out_ids, out_scores, stats);
+    if (!allow && v_.ncentres == 1 && nq >= kBatchQueries && v_.nlist > 1) {
+      // In chunks: the per-thread candidate heaps of a chunk are threads x chunk x k*oversample.
+      for (size_t q0 = 0; q0 < nq; q0 += kBatchChunk) {
+        const size_t m = std::min(kBatchChunk, nq - q0);
+        search_batch(queries + q0 * v_.dim, m, p, threads, out_ids + q0 * p.k, out_scores + q0 * p.k, stats);
+      }
+      return;
+    }
     threads = std::max<size_t>(1, std::min(threads, nq));
     std::vector<IVFQStats> per(threads);
     parallel_for(threads, threads, [&](size_t t) {
