@@ -23,7 +23,7 @@ import dataclasses
 import pickle
 import time
 
-from vecsift.collection.hits import Hit
+from vecsift.collection import Hit
 from vecsift.errors import VecsiftError
 
 HIT_FIELDS = tuple(f.name for f in dataclasses.fields(Hit))
