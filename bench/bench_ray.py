@@ -139,7 +139,7 @@ def main():
     print(f"\n{loadavg()}")
     for qi in range(20):  # warm-up
         for fn in calls.values():
-            fn(q[qi])
+            fn(q[qi % len(q)])
     times = {name: [] for name in calls}
     ok = 0
     for rep in range(3):
@@ -170,7 +170,8 @@ def main():
     # ---- CPU per call, summed over every process of the Ray session
     print("\nCPU per call, all processes of the session (blocks of 600 calls; cores = CPU / wall):")
     cpu = {}
-    for name, fn in calls.items():
+    more = {"1-shard search": lambda v: shards[1].search(v, k=10), "2-shard search": lambda v: shards[2].search(v, k=10)}
+    for name, fn in dict(calls, **more).items():
         c0, w0 = session_cpu(), time.perf_counter()
         for i in range(600):
             fn(q[i % len(q)])
@@ -222,13 +223,16 @@ def main():
         return sum(count) / (time.perf_counter() - t0)
 
     print(f"\n{loadavg()}")
-    print("throughput (dense k=10): 4 client threads one query a call | one 200-query search_batch")
+    print("throughput (dense k=10): 4 client threads one query a call | one 200-query search_batch | "
+          f"the CPU bound: {os.cpu_count()} cores / CPU per search")
+    cpu_of = {"local": "local Collection", "1 shard(s)": "1-shard search", "2 shard(s)": "2-shard search",
+              "3 shard(s)": "3-shard search"}
     for name, target in [("local", local)] + [(f"{n} shard(s)", shards[n]) for n in (1, 2, 3)]:
         qps = clients(lambda v, c=target: c.search(v, k=10), args.seconds)
         t0 = time.perf_counter()
         target.search_batch(q, k=10)
         bq = len(q) / (time.perf_counter() - t0)
-        print(f"  {name:12s} {qps:8.0f} q/s | {bq:8.0f} q/s")
+        print(f"  {name:12s} {qps:8.0f} q/s | {bq:8.0f} q/s | {os.cpu_count() / cpu[cpu_of[name]] * 1e3:8.0f} q/s")
     for n in (1, 2, 3):
         qps = clients(lambda v, a=fan[:n]: ray.get([x.noop.remote() for x in a]), args.seconds)
         print(f"  trivial fan-out to {n} actor(s) {qps:8.0f} calls/s (the ceiling for {n} shard(s))")
