@@ -58,6 +58,7 @@ class Manifest:
     filters: dict = field(default_factory=dict)  # {"file", "crc32c"}
     search_defaults: dict = field(default_factory=dict)
     payload: dict = field(default_factory=dict)  # user state committed with the data (check_payload)
+    audit: dict = field(default_factory=dict)  # audit log settings (collection/audit.py); {}: no audit log
     extra: dict = field(default_factory=dict)  # keys of a newer writer, kept as they are
     format: int = FORMAT_VERSION
 
@@ -68,7 +69,7 @@ class Manifest:
         known = {f.name for f in fields(cls)} - {"extra"}
         try:
             kw = {k: v for k, v in d.items() if k in known}
-            for k in ("search_defaults", "payload", "sparse_params"):
+            for k in ("search_defaults", "payload", "sparse_params", "audit"):
                 if kw.get(k) is None:
                     kw.pop(k, None)  # written as null by older versions
             m = cls(**kw, extra={k: v for k, v in d.items() if k not in known})
