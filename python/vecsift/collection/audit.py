@@ -541,8 +541,11 @@ def read_log(directory) -> Report:
     last_seq = last_crc = None
     damaged_before = None  # the last file that ended in a torn record
     for number, name in files:
-        with open(os.path.join(directory, name), "rb") as f:
-            data = f.read()
+        try:
+            with open(os.path.join(directory, name), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:  # rotated away by a writer while we read
+            continue
         off = 0
         first = True
         while off < len(data):
