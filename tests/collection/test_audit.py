@@ -262,3 +262,38 @@ def test_cli_filters(tmp_path, capsys):
     assert capsys.readouterr().out == ""
     assert cli(["audit", str(path), "--since", "yesterday"]) == 2
     assert cli(["audit", str(tmp_path)]) == 2  # no audit log there
+
+
+def test_fork_child_does_not_repeat_the_parents_records(tmp_path):
+    path = tmp_path / "c"
+    c, x = make(path, audit_cfg={"flush_ms": 60_000})
+    for i in range(3):
+        c.search(x[i], k=1, tenant="a", groups=["g1"])  # queued in the parent
+    pid = os.fork()
+    if pid == 0:  # a pre-fork server's worker: its own records only
+        try:
+            c.search(x[9], k=1, tenant="b", groups=["g1"])
+            audit.flush_log(c)
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    c.close()
+    r = records(path)
+    assert sorted(e["tenant"] for e in r) == ["a", "a", "a", "b"]
+    assert len({e["pid"] for e in r}) == 2
+
+
+def test_odd_values_are_recorded_as_json(tmp_path):
+    import datetime as dt
+    path = tmp_path / "c"
+    c, x = make(path, audit_cfg={"flush_ms": 0})
+    where = {"kind": {"$in": [np.int64(1), 2]}}
+    groups = {"g1"}
+    c.search(x[1], k=np.int64(3), tenant='a', groups=groups, where=where)
+    where["kind"] = 0  # changed by the caller afterwards: the record keeps what was asked
+    with pytest.raises((ValueError, TypeError)):
+        c.search(x[1], k=3, tenant='qu"ote\n\u00e9', groups=("g1",), where={"date": dt.datetime(2024, 1, 2)})
+    c.close()
+    r = records(path)
+    assert r[0]["k"] == 3 and r[0]["groups"] == ["g1"] and r[0]["where"] == {"kind": {"$in": [1, 2]}}
+    assert r[1]["tenant"] == 'qu"ote\n\u00e9' and r[1]["where"] == {"date": "2024-01-02 00:00:00"}

@@ -92,9 +92,9 @@ def normalise(value) -> dict:
 
 def frame(seq: int, prev: int, payload: bytes) -> tuple[bytes, int]:
     """(the record's bytes, its CRC-32C, which the next record names as prev)."""
-    head = HEAD.pack(MAGIC, len(payload), seq, prev)
-    crc = crc32c(payload, crc32c(head))
-    return head + payload + TAIL.pack(crc, len(payload)), crc
+    data = HEAD.pack(MAGIC, len(payload), seq, prev) + payload
+    crc = crc32c(data)
+    return data + TAIL.pack(crc, len(payload)), crc
 
 
 def parse(data, off: int):
@@ -108,7 +108,7 @@ def parse(data, off: int):
         return None
     crc, n2 = TAIL.unpack_from(data, end - TAIL.size)
     body = off + HEAD.size
-    if n2 != n or crc32c(data[body:body + n], crc32c(data[off:body])) != crc:
+    if n2 != n or crc32c(data[off:body + n]) != crc:
         return None
     return seq, prev, crc, bytes(data[body:body + n]), end
 
@@ -178,15 +178,16 @@ class AuditLog:
         self._thread = None
         self._stop = threading.Event()
         self._closed = False
+        self._lock_fd = None  # the audit.lock descriptor while a write holds the flock
         if not os.access(self.directory, os.W_OK):
             raise AuditError(f"{self.directory}: audit is enabled but the directory is not writable")
         _LIVE.add(self)
 
     # -- the search thread's side: cheap
-    def add(self, item: tuple) -> None:
+    def add(self, payload: bytes) -> None:
         self.check()
-        self._queue.append(item)
-        if self.cfg["flush_ms"] == 0 or len(self._queue) >= MAX_PENDING:
+        self._queue.append(payload)
+        if self.cfg["flush_ms"] == 0 or len(self._queue) >= MAX_PENDING or self._closed:
             self.flush()
         elif self._thread is None:
             self._start()
@@ -228,7 +229,7 @@ class AuditLog:
                 except IndexError:
                     break
             try:
-                self._write([encode(it, self.cfg["record_query"]) for it in items])
+                self._write(items)
             except OSError as exc:
                 self._queue.extendleft(reversed(items))  # kept for the next attempt
                 self._error = exc
@@ -236,7 +237,7 @@ class AuditLog:
             self._error = None
 
     def _write(self, payloads) -> None:
-        lock = os.open(os.path.join(self.directory, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        lock = self._lock_fd = os.open(os.path.join(self.directory, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             tail, events = self._locate()
@@ -260,6 +261,7 @@ class AuditLog:
                 os.close(fd)
             self._tail = _Tail(tail.number, size, seq, crc)
         finally:
+            self._lock_fd = None
             os.close(lock)  # releases the flock
 
     def _locate(self) -> tuple[_Tail, list]:
@@ -307,7 +309,16 @@ class AuditLog:
         self.flush()
 
     def _after_fork(self) -> None:
-        # the parent writes its own queued records; the child starts empty, without the parent's thread
+        # The parent writes its own queued records; the child starts empty, without the parent's thread.
+        # A fork during a write copied the locked descriptor: the child's copy would hold the flock
+        # for as long as it lives, so it is closed here (the parent's write releases it).
+        if self._lock_fd is not None:
+            try:
+                os.close(self._lock_fd)
+            except OSError:
+                pass
+            self._lock_fd = None
+        self._error = None
         self._queue = deque()
         self._flush_lock = threading.Lock()
         self._thread = None
@@ -342,50 +353,78 @@ def _chain_end(directory, files) -> tuple[int, int, int | None]:
 
 
 # ---------------------------------------------------------------------------- records
+# A record is serialised in the search thread, at once: it holds what the caller passed and got back
+# at that moment (they may reuse and change their lists and dicts afterwards), and the flush thread
+# is left with framing and one write() -- little Python for it to hold the GIL with. The common
+# field types are written by hand: json.dumps of the whole dict costs twice as much (measured).
 
-def encode(item: tuple, record_query: bool) -> bytes:
-    """The JSON payload of one queued search (ids are read from the Hits here, off the search thread)."""
-    (t, op, mode, k, tenant, groups, where, ids, ms, gen, query, error) = item
-    if callable(ids):
-        try:
-            ids = ids()
-        except Exception as exc:  # noqa: BLE001 - a record is written whatever its ids hold
-            ids = f"unreadable: {exc}"
-    rec = {"t": t, "op": op, "mode": mode, "k": k, "tenant": tenant, "groups": groups, "where": where,
-           "ids": ids, "ms": round(ms, 4), "gen": gen, "pid": os.getpid()}
+_esc = json.encoder.encode_basestring_ascii  # the C string escaper json.dumps uses
+
+
+def _plain(o):
+    if isinstance(o, (set, frozenset)):
+        return sorted(o, key=str)
+    return o.item() if hasattr(o, "item") else str(o)  # numpy scalars as numbers, the rest as text
+
+
+_ENC = json.JSONEncoder(separators=(",", ":"), default=_plain)
+
+
+def _js(v) -> str:
+    """JSON of one field value."""
+    if v is None:
+        return "null"
+    t = type(v)
+    if t is str:
+        return _esc(v)
+    if t is int:
+        return str(v)
+    if (t is list or t is tuple) and all(type(x) is str for x in v):
+        return "[" + ",".join(map(_esc, v)) + "]"
+    try:
+        return _ENC.encode(v)
+    except (TypeError, ValueError):  # e.g. non-string keys: kept as text
+        return _esc(repr(v))
+
+
+def _ids_js(ids) -> str:
+    if ids and type(ids[0]) is str:  # get(): one flat list
+        return "[" + ",".join(map(_esc, ids)) + "]"
+    return "[" + ",".join("[" + ",".join(map(_esc, q)) + "]" for q in ids) + "]"
+
+
+def encode(t: float, op: str, mode, k, tenant, groups, where, ids, ms: float, gen: int, error=None,
+           texts=None, vectors=None) -> bytes:
+    """The JSON payload of one record (texts / vectors only when record_query is set)."""
+    out = (f'{{"t":{t:.6f},"op":{_esc(op)},"mode":{_js(mode)},"k":{_js(k)},"tenant":{_js(tenant)},'
+           f'"groups":{_js(groups)},"where":{_js(where)},"ids":{_ids_js(ids)},"ms":{ms:.4f},"gen":{gen},'
+           f'"pid":{os.getpid()}')
     if error is not None:
-        rec["error"] = error
-    if record_query and query is not None:
-        texts, vectors = query
-        if texts is not None:
-            rec["text"] = texts
-        if vectors is not None:
-            rec["vector"] = {"dtype": "float32", "shape": list(vectors.shape),
-                             "base64": base64.b64encode(vectors.tobytes()).decode()}
-    return json.dumps(rec, separators=(",", ":"), default=str).encode()
+        out += ',"error":' + _esc(error)
+    if texts is not None:
+        out += ',"text":' + _js(texts)
+    if vectors is not None:
+        out += (f',"vector":{{"dtype":"float32","shape":{list(vectors.shape)},'
+                f'"base64":"{base64.b64encode(vectors.tobytes()).decode()}"}}')
+    return (out + "}").encode()
 
 
-def result_ids(op: str, result, snap):
-    """Chunk ids per query ("get": the ids found), read at search time (callers may change the lists
-    they get); search_rows' row numbers are turned into ids later, by the flush."""
+def result_ids(op: str, result, snap) -> list:
+    """Chunk ids per query ("get": the ids found)."""
     if result is None:
         return []
     if op == "get":
         hits = result[0] if isinstance(result, tuple) else result
         return [h.id for h in hits if h is not None]
     if op == "search_rows":
-        rows, table = result[0].copy(), snap.table
-        return lambda: [table["id"].take(r[r >= 0]).to_pylist() for r in rows]
+        col = snap.table["id"]
+        return [col.take(r[r >= 0]).to_pylist() for r in result[0]]
     return [[h.id for h in hits] for hits in result]
 
 
 def _mode_of(op, vectors, texts, mode):
-    if op == "search_sparse":
-        return "sparse"
-    if op in ("search_rows",):
-        return "dense"
-    if op == "get":
-        return "get"
+    if op in _FIXED_MODE:
+        return _FIXED_MODE[op]
     if mode is not None:
         return mode
     if vectors is not None and texts is not None:
@@ -393,15 +432,16 @@ def _mode_of(op, vectors, texts, mode):
     return "dense" if vectors is not None else "sparse"
 
 
-def _frozen(value):
-    """A copy of a caller's object taken at search time (they may reuse and change it afterwards)."""
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    if isinstance(value, dict):
-        return json.loads(json.dumps(value, default=str))
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_frozen(v) for v in value]
-    return str(value)
+_FIXED_MODE = {"search_sparse": "sparse", "search_rows": "dense", "get": "get"}
+
+
+def _vectors_copy(vectors):
+    import numpy as np
+
+    try:
+        return np.array(vectors, dtype=np.float32, copy=True)
+    except (TypeError, ValueError):
+        return None
 
 
 # ---------------------------------------------------------------------------- the hook
@@ -415,23 +455,22 @@ def audited(op: str):
     (also a refused or failed one) is queued as a record. Arguments are found by name in the entry
     point's signature, so entry points may gain parameters."""
     def wrap(fn):
-        params = list(inspect.signature(fn).parameters)[1:]
-        where_of = {}
-        for i, name in enumerate(params):
-            where_of.setdefault(_ALIASES.get(name, name), (i, name))
-        defaults = {name: p.default for name, p in inspect.signature(fn).parameters.items()}
-        spots = {a: where_of[a] for a in _ARGS if a in where_of}
+        sig = inspect.signature(fn).parameters
+        spots = {}  # audited argument -> (position after self, parameter name, default)
+        for i, name in enumerate(list(sig)[1:]):
+            a = _ALIASES.get(name, name)
+            if a in _ARGS and a not in spots:
+                d = sig[name].default
+                spots[a] = (i, name, None if d is inspect.Parameter.empty else d)
 
         def arg(args, kw, a):
-            if a not in spots:
+            spot = spots.get(a)
+            if spot is None:
                 return None
-            i, name = spots[a]
+            i, name, default = spot
             if name in kw:
                 return kw[name]
-            if i < len(args):
-                return args[i]
-            d = defaults.get(name)
-            return None if d is inspect.Parameter.empty else d
+            return args[i] if i < len(args) else default
 
         @functools.wraps(fn)
         def wrapper(self, *args, **kw):
@@ -441,7 +480,7 @@ def audited(op: str):
             log = log_of(self, cfg)
             log.check()  # an audit log that cannot be written refuses the search
             snap = self._snap
-            t0 = time.perf_counter()
+            t, t0 = time.time(), time.perf_counter()
             result = error = None
             try:
                 result = fn(self, *args, **kw)
@@ -452,24 +491,15 @@ def audited(op: str):
             finally:
                 ms = (time.perf_counter() - t0) * 1000
                 vectors, texts = arg(args, kw, "vectors"), arg(args, kw, "texts")
-                query = None
-                if log.cfg["record_query"] and op != "get":
-                    query = (_frozen(texts), None if vectors is None else _vectors_copy(vectors))
-                log.add((time.time(), op, _mode_of(op, vectors, texts, arg(args, kw, "mode")),
-                         None if op == "get" else _frozen(arg(args, kw, "k")), _frozen(arg(args, kw, "tenant")),
-                         _frozen(arg(args, kw, "groups")), _frozen(arg(args, kw, "where")),
-                         result_ids(op, result, snap), ms, self._manifest.generation, query, error))
+                qt = qv = None
+                if cfg["record_query"] and op != "get":
+                    qt, qv = texts, None if vectors is None else _vectors_copy(vectors)
+                log.add(encode(t, op, _mode_of(op, vectors, texts, arg(args, kw, "mode")),
+                               None if op == "get" else arg(args, kw, "k"), arg(args, kw, "tenant"),
+                               arg(args, kw, "groups"), arg(args, kw, "where"), result_ids(op, result, snap), ms,
+                               self._manifest.generation, error, qt, qv))
         return wrapper
     return wrap
-
-
-def _vectors_copy(vectors):
-    import numpy as np
-
-    try:
-        return np.array(vectors, dtype=np.float32, copy=True)
-    except (TypeError, ValueError):
-        return None
 
 
 def log_of(coll, cfg: dict) -> AuditLog:
@@ -484,6 +514,13 @@ def log_of(coll, cfg: dict) -> AuditLog:
                 if old is not None:
                     old.close()
     return log
+
+
+def flush_log(coll) -> None:
+    """Writes the collection object's queued records now (raises AuditError if it cannot)."""
+    log = coll.__dict__.get("_audit_log")
+    if log is not None:
+        log.flush()
 
 
 def close_log(coll) -> None:
