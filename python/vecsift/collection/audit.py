@@ -475,7 +475,7 @@ def audited(op: str):
         @functools.wraps(fn)
         def wrapper(self, *args, **kw):
             cfg = self._manifest.audit
-            if not cfg:
+            if not cfg or self._closed:  # a closed collection raises on its own
                 return fn(self, *args, **kw)
             log = log_of(self, cfg)
             log.check()  # an audit log that cannot be written refuses the search
