@@ -7,7 +7,8 @@
     bq with its default quantised codes). Single-query dense searches (k=10, threads=1), one call per
     query, `--per-round` queries a round; the audit settings are switched on the same open collection
     between rounds (off, on, off, on, ...), so both run on the same process, caches and machine load.
-    Reported: median QPS over the rounds of each setting, and overhead = 1 - on/off of the medians,
+    Reported: median QPS over the rounds of each setting, and overhead = 1 - on/off of the medians;
+    also the process CPU time per query (flush thread included), steadier on a shared machine;
     for the default settings (flush_ms=100), flush_ms=0 (a write() per search) and fsync=True with
     flush_ms=0 (a write and an fsync per search).
 (b) Deletion bound: 1,000 chunks deleted at random from the 100k and compact() timed (on a copy of the
@@ -59,27 +60,36 @@ def overhead(path: Path, queries: np.ndarray, rounds: int, per_round: int) -> di
         f.unlink()
 
     def run(offset):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for i in range(per_round):
             c.search(queries[(offset + i) % len(queries)], k=K, threads=1)
         flush_log(c)  # this round's records written inside its own time
+        # CPU time of the whole process (the flush thread included): less at the mercy of other
+        # processes on a shared machine than wall-clock QPS
+        cpu_us.append((time.process_time() - c0) / per_round * 1e6)
         return per_round / (time.perf_counter() - t0)
 
     settings = {"off": False, **VARIANTS}
+    cpu_us = []
     for s in settings.values():  # warm-up: page cache, numba, the audit thread
         c.set_audit(s)
         run(0)
     qps = {name: [] for name in settings}
+    cpu = {name: [] for name in settings}
     for r in range(rounds):
         for name, s in settings.items():
             c.set_audit(s)
+            cpu_us = []
             qps[name].append(run(r * per_round))
+            cpu[name].append(cpu_us[0])
     c.set_audit(False)
     c.close()
     logged = read_log(path)
     med = {name: float(np.median(v)) for name, v in qps.items()}
-    out = {"qps_median": med, "qps_rounds": qps,
+    cmed = {name: float(np.median(v)) for name, v in cpu.items()}
+    out = {"qps_median": med, "qps_rounds": qps, "cpu_us_median": cmed, "cpu_us_rounds": cpu,
            "overhead": {name: 1 - med[name] / med["off"] for name in VARIANTS},
+           "cpu_overhead": {name: cmed[name] / cmed["off"] - 1 for name in VARIANTS},
            "records": len(logged.records), "log_ok": logged.ok,
            "log_bytes": sum(os.path.getsize(path / f) for f in logged.files)}
     out["bytes_per_record"] = out["log_bytes"] / max(1, out["records"])
@@ -137,6 +147,9 @@ def main() -> None:
         print(f"{index}: QPS off {med['off']:.0f}, " + ", ".join(
             f"{v} {med[v]:.0f} ({100 * res['overhead'][v]:+.1f}%)" for v in VARIANTS)
             + f"; {res['records']} records, {res['bytes_per_record']:.0f} B each, verified {res['log_ok']}")
+        cm = res["cpu_us_median"]
+        print(f"{index}: CPU us/query off {cm['off']:.0f}, " + ", ".join(
+            f"{v} {cm[v]:.0f} ({100 * res['cpu_overhead'][v]:+.1f}%)" for v in VARIANTS))
         if "deletion" in res:
             d = res["deletion"]
             print(f"{index}: delete {d['deleted']} + commit {d['delete_commit_s']:.2f} s, "
