@@ -45,7 +45,7 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from vecsift._arrays import as_vectors, check_k, unit_rows
-from vecsift.collection import embedders
+from vecsift.collection import audit as auditing, embedders
 from vecsift.collection import search as cascade
 from vecsift.collection.commit import write_commit
 from vecsift.collection.compaction import compact_files
@@ -119,13 +119,14 @@ class Collection:
     def create(cls, path, dim: int | None = None, metric: str = "cosine", index: str = "bq",
                model: str | None = None, pipeline_version: str | None = None, filter_fields=(),
                index_heading_path: bool = False, bm25_k1: float = 1.2, bm25_b: float = 0.75, *, embedder=None,
-               **index_params) -> "Collection":
+               audit=None, **index_params) -> "Collection":
         """Creates an empty collection in directory `path` (new or empty) and opens it for writing.
 
         filter_fields: metadata/provenance fields usable in search(where=...).
         index_heading_path: BM25 indexes "heading path\n" + text; embed the same
         string upstream (Collection.text_for_embedding builds it).
         embedder: see set_embedder; dim and model default to the embedder's.
+        audit: see set_audit.
         """
         embedder, dim, model = embedders.for_create(embedder, dim, model)
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
@@ -137,6 +138,7 @@ class Collection:
             filter_fields = [filter_fields]
         filter_fields = [str(f) for f in filter_fields]
         params = KINDS[index].params(index_params)
+        audit_settings = auditing.normalise(audit)
         path = os.fspath(path)
         os.makedirs(path, exist_ok=True)
         if os.path.exists(os.path.join(path, "MANIFEST")):
@@ -153,7 +155,8 @@ class Collection:
                          index_heading_path=bool(index_heading_path), sparse_params=sparse_params,
                          sparse=sparse.prepare_commit(path, 0),
                          vectors=vec.entry(),
-                         dense=dense.prepare_commit(path, 0, vec.view(0)), format=FORMAT_VERSION)
+                         dense=dense.prepare_commit(path, 0, vec.view(0)), format=FORMAT_VERSION,
+                         audit=audit_settings)
             m, _ = write_commit(path, m, filters)
         except BaseException:
             lock.release()
@@ -255,6 +258,7 @@ class Collection:
             embedders.check_against(embedder, self.model, self.dim)
         self._embedder = embedder
 
+    @auditing.audited("get")
     def get(self, ids, tenant=None, groups=None, *, with_vectors: bool = False):
         """Chunks by id as Hits (score nan), in the order of ids, None for an id that is missing or not
         visible to tenant / groups (the allow set a search would use); with_vectors=True returns
@@ -328,12 +332,13 @@ class Collection:
                     fileops.unlink(p, missing_ok=True)
 
     def close(self) -> None:
-        """Commits (when opened for writing) and releases the writer lock."""
+        """Commits (when opened for writing), writes queued audit records, releases the writer lock."""
         if self._closed:
             return
         try:
             if self._lock is not None:
                 self.commit()
+            auditing.close_log(self)
         finally:
             self._closed = True
             # drop the snapshot so the float32 mapping goes once no search holds it
@@ -435,6 +440,17 @@ class Collection:
             self._staged.dirty = True
             self._publish()
 
+    def set_audit(self, settings=True) -> None:
+        """Turns the audit log on (True, or a dict of settings: max_bytes, keep, record_query, flush_ms,
+        fsync; see collection/audit.py and docs/audit.md) or off (False / None). It applies at once to
+        this object's searches and, once committed, to every process that opens or refreshes the
+        collection; commit() makes it durable."""
+        self._writable()
+        cfg = auditing.normalise(settings)
+        with self._wlock:
+            self._manifest = self._manifest.replace(audit=cfg)
+            self._staged.dirty = True
+
     def info(self) -> dict:
         """What `vecsift info` prints: rows, deletes, model, index, bytes on disk and in RAM."""
         m, snap = self._manifest, self._snap
@@ -448,7 +464,7 @@ class Collection:
         return {"path": self._path, "rows": len(snap.live), "deleted": snap.n - len(snap.live),
                 "generation": m.generation, "model": m.model, "pipeline_version": m.pipeline_version,
                 "dim": m.dim, "metric": m.metric, "index": m.index, "index_params": m.index_params,
-                "search_defaults": m.search_defaults, "filter_fields": m.filter_fields,
+                "search_defaults": m.search_defaults, "filter_fields": m.filter_fields, "audit": m.audit,
                 "has_tenants": snap.filters.has_tenants, "has_acl": snap.filters.has_acl,
                 "bytes_on_disk": disk, "bytes_in_ram": int(ram), "float32_bytes_on_disk": snap.n * m.dim * 4}
 
@@ -612,6 +628,7 @@ class Collection:
         return self._search(q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
                             threads, stats)
 
+    @auditing.audited("search_rows")
     def search_rows(self, vectors, k: int = 10, tenant=None, groups=None, where=None, ef=None, oversample=None,
                     threads: int = 0, stats=None, ef_search=None):
         """Dense search returning (rows int64, scores float32) arrays, pad -1 (for benchmarks)."""
@@ -633,6 +650,7 @@ class Collection:
         allow = self._allow(snap, tenant, groups, where)
         return [snap.sparse.term_statistics(t, allow) for t in texts]
 
+    @auditing.audited("search_sparse")
     def search_sparse(self, texts, statistics=None, k: int = 10, tenant=None, groups=None, where=None) -> list:
         """BM25 top-k Hits per text scored with the given statistics (one bm25_statistics-style dict
         per text, e.g. summed over shards) instead of this collection's; None: as mode="sparse"."""
@@ -656,6 +674,7 @@ class Collection:
             raise VecsiftError("the collection is closed")
         return snap.allow(tenant, groups, where)  # before anything is scored
 
+    @auditing.audited("search")  # search() and search_batch()
     def _search(self, q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
                 threads, stats=None):
         snap = self._snap

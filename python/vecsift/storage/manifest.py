@@ -37,6 +37,11 @@ def check_payload(payload) -> dict:
     return json.loads(raw)
 
 
+# Fields added after the golden manifest (tests/storage/data/manifest_v1.json) that are written only when
+# set, so a collection that does not use them writes the same manifest as before.
+_OMITTED_WHEN_EMPTY = ("audit",)
+
+
 @dataclass(frozen=True)
 class Manifest:
     dim: int
@@ -58,6 +63,7 @@ class Manifest:
     filters: dict = field(default_factory=dict)  # {"file", "crc32c"}
     search_defaults: dict = field(default_factory=dict)
     payload: dict = field(default_factory=dict)  # user state committed with the data (check_payload)
+    audit: dict = field(default_factory=dict)  # audit log settings (collection/audit.py); {}: no audit log
     extra: dict = field(default_factory=dict)  # keys of a newer writer, kept as they are
     format: int = FORMAT_VERSION
 
@@ -68,7 +74,7 @@ class Manifest:
         known = {f.name for f in fields(cls)} - {"extra"}
         try:
             kw = {k: v for k, v in d.items() if k in known}
-            for k in ("search_defaults", "payload", "sparse_params"):
+            for k in ("search_defaults", "payload", "sparse_params", "audit"):
                 if kw.get(k) is None:
                     kw.pop(k, None)  # written as null by older versions
             m = cls(**kw, extra={k: v for k, v in d.items() if k not in known})
@@ -80,6 +86,9 @@ class Manifest:
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        for name in _OMITTED_WHEN_EMPTY:
+            if not d[name]:
+                del d[name]
         return {**self.extra, **d}
 
     def replace(self, **changes) -> "Manifest":
