@@ -206,8 +206,11 @@ class HNSWDense:
     def load(cls, directory, entry, dim, metric, params, writable):
         from vecsift.index.hnsw import HNSWIndex
 
-        if entry is None:
-            return cls.create(directory, 0, dim, metric, params)
+        if entry is None:  # no rows committed yet: a new graph with the manifest's parameters
+            try:
+                return cls.create(directory, 0, dim, metric, cls.params(params))
+            except (ValueError, TypeError) as exc:
+                raise CorruptIndexError(f"MANIFEST: bad index parameters: {exc}") from None
         path = os.path.join(directory, entry["file"])
         if not os.path.exists(path):
             raise missing_file(path)

@@ -109,6 +109,10 @@ class QuantBQDense:
     def load(cls, directory, entry: dict, dim: int, metric: str, params: dict, writable: bool) -> "QuantBQDense":
         if entry.get("codes") != CODES_FORMAT:
             raise CorruptIndexError(f"dense entry holds codes {entry.get('codes')!r}, this vecsift reads {CODES_FORMAT}")
+        try:  # the manifest's copy: defaults for keys older writers did not record, checked ranges
+            params = normalise_params(params)
+        except (ValueError, TypeError) as exc:
+            raise CorruptIndexError(f"MANIFEST: bad index parameters: {exc}") from None
         model = None
         if entry.get("model"):
             path = cls._check_model(directory, entry)

@@ -1,0 +1,394 @@
+"""Shared pieces of the atheris targets in tests/fuzz/ (how to run them: docs/fuzzing.md).
+
+A target module defines
+
+    seeds() -> list[bytes]     small real inputs, made by vecsift itself at start-up
+    one_input(data: bytes)     one execution: returns, or raises only on a finding
+
+and ends with ``if __name__ == "__main__": harness.main(seeds, one_input)``.
+It imports vecsift inside ``with harness.instrumented(__name__):`` so that,
+run as a fuzzer, vecsift's Python code is instrumented for coverage (imported
+by pytest, the same module runs uninstrumented: test_findings replays inputs
+through one_input).
+
+Most file kinds carry checksums, so random bytes stop at the checksum check.
+Inputs therefore start with a mode byte (data[0] % 3):
+
+    RAW      the rest is the file as it is
+    FIXED    the rest is the file, with its checksums (and the manifest's) recomputed
+    EDIT     the rest drives structured edits (header fields, JSON keys) of a real
+             file, whose checksums are then recomputed
+
+so the parsers behind the checksums are fuzzed too.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+
+RAW, FIXED, EDIT = 0, 1, 2
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def instrumented(module_name: str):
+    """Context for a target's vecsift imports: coverage instrumentation when it runs as the fuzzer."""
+    if module_name != "__main__":
+        return contextlib.nullcontext()
+    return _instrument_vecsift()
+
+
+@contextlib.contextmanager
+def _instrument_vecsift():
+    # atheris.instrument_imports cannot see through the editable install's custom loader, so the
+    # functions are patched after import instead (what atheris.instrument_all does, for vecsift only).
+    yield
+    import gc
+    import types
+
+    import atheris
+
+    n = 0
+    for obj in gc.get_objects():
+        if (isinstance(obj, types.FunctionType) and isinstance(getattr(obj, "__module__", None), str)
+                and obj.__module__.startswith("vecsift")
+                # numba compiles these from their bytecode, which must stay as it is
+                and obj.__module__ != "vecsift.text.bm25_kernels"):
+            atheris.instrument_func(obj)
+            n += 1
+    sys.stderr.write(f"INFO: instrumented {n} vecsift functions\n")
+
+
+def split_mode(data: bytes):
+    """(mode, variant, rest) of an input: the first byte is mode + 3 * variant (a target's own choice:
+    which fixture, readonly or not...)."""
+    if not data:
+        return RAW, 0, b""
+    return data[0] % 3, data[0] // 3, data[1:]
+
+
+def seed(mode: int, body: bytes, variant: int = 0) -> bytes:
+    return bytes([mode + 3 * variant]) + body
+
+
+# ---------------------------------------------------------------- outcomes
+def loader_errors():
+    """What a loader may raise on a bad file: CorruptIndexError and its subclasses."""
+    from vecsift import CorruptIndexError
+
+    return (CorruptIndexError,)
+
+
+def query_errors():
+    """What a search may raise on bad arguments: ValueError (LimitError, CorruptIndexError), TypeError,
+    vecsift's own errors (DeadlineExceeded...), each with a message."""
+    from vecsift import VecsiftError
+
+    return (ValueError, TypeError, VecsiftError)
+
+
+_SEEN = {}
+
+
+def expect(fn, allowed, *args, **kwargs):
+    """fn(...) or None if it raised one of `allowed` with a non-empty message; any other exception is a
+    finding and propagates (atheris saves the input). VECSIFT_FUZZ_MESSAGES=path collects the distinct
+    messages, to read whether they name the problem."""
+    try:
+        return fn(*args, **kwargs)
+    except allowed as exc:
+        msg = str(exc)
+        if not msg.strip():
+            raise AssertionError(f"{type(exc).__name__} without a message") from exc
+        if _MESSAGES:
+            key = (type(exc).__name__, msg[:80])
+            _SEEN[key] = _SEEN.get(key, 0) + 1
+        return None
+
+
+_MESSAGES = os.environ.get("VECSIFT_FUZZ_MESSAGES")
+
+
+@atexit.register
+def _dump_messages():
+    if _MESSAGES and _SEEN:
+        with open(_MESSAGES, "a") as f:
+            for (kind, msg), n in sorted(_SEEN.items(), key=lambda kv: -kv[1]):
+                f.write(f"{n}\t{kind}\t{msg!r}\n")
+
+
+# ---------------------------------------------------------------- scratch space
+_SCRATCH = None
+
+
+def scratch() -> str:
+    """A per-process directory on tmpfs where possible (files are rewritten every execution)."""
+    global _SCRATCH
+    if _SCRATCH is None:
+        base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+        _SCRATCH = tempfile.mkdtemp(prefix="vecsift-fuzz-", dir=base)
+        atexit.register(shutil.rmtree, _SCRATCH, True)
+    return _SCRATCH
+
+
+def write_file(path, data: bytes) -> str:
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+# ---------------------------------------------------------------- checksums
+def crc32c(data, value=0) -> int:
+    from vecsift.storage.checksum import crc32c as c
+
+    return c(data, value)
+
+
+def zcrc(data, value=0) -> int:
+    import zlib
+
+    return zlib.crc32(data, value) & 0xFFFFFFFF
+
+
+_FRAME = struct.Struct("<8s8sIIQ")
+
+
+def reframe(data: bytes) -> bytes:
+    """A framed blob (storage/framing.py) with its length and checksum made right for its payload."""
+    if len(data) < _FRAME.size:
+        return data
+    magic, kind, ver, _, _ = _FRAME.unpack_from(data)
+    payload = data[_FRAME.size:]
+    crc = zcrc(payload) if ver == 1 else crc32c(payload)
+    return _FRAME.pack(magic, kind, ver, crc, len(payload)) + payload
+
+
+def frame_parts(data: bytes):
+    """(header fields, payload) of a framed blob."""
+    return _FRAME.unpack_from(data), data[_FRAME.size:]
+
+
+def frame_again(fields, payload: bytes) -> bytes:
+    return reframe(_FRAME.pack(*fields) + payload)
+
+
+# ---------------------------------------------------------------- structured edits
+INTERESTING_INTS = (0, 1, -1, 2, 7, 8, 63, 64, 255, 256, 4096, 65535, 2**31 - 1, 2**31, 2**32 - 1, 2**32,
+                    2**53, 2**63 - 1, 2**63, 2**64 - 1, -2**31, -2**63, 10**30)
+INTERESTING_STRS = ("", "x", "../MANIFEST", "/etc/passwd", "MANIFEST", "LOCK", "nul\x00byte", "é" * 3,
+                    "vectors-0.f32", "seg-1.arrow", "$eq", "cosine", "l2", "hnsw", "bq", "rabitq-v1")
+
+
+def pick(fdp, seq):
+    """One item of a sequence (FuzzedDataProvider.PickValueInList takes lists only)."""
+    return seq[fdp.ConsumeIntInRange(0, len(seq) - 1)]
+
+
+def value(fdp, depth: int = 0):
+    """A JSON-ish value of any type, biased to boundaries."""
+    choice = fdp.ConsumeIntInRange(0, 11)
+    if choice == 0:
+        return pick(fdp, INTERESTING_INTS)
+    if choice == 1:
+        return fdp.ConsumeIntInRange(-3, 300)
+    if choice == 2:
+        return pick(fdp, (0.0, -0.0, 0.5, 1e308, -1e308, float("nan"), float("inf"), 1e-320))
+    if choice == 3:
+        return pick(fdp, INTERESTING_STRS)
+    if choice == 4:
+        return fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(0, 12))
+    if choice == 5:
+        return None
+    if choice == 6:
+        return fdp.ConsumeBool()
+    if choice in (7, 8) and depth < 3:
+        return [value(fdp, depth + 1) for _ in range(fdp.ConsumeIntInRange(0, 3))]
+    if choice in (9, 10) and depth < 3:
+        return {pick(fdp, INTERESTING_STRS[:6] + ("file", "rows", "crc32c", "k1")): value(fdp, depth + 1)
+                for _ in range(fdp.ConsumeIntInRange(0, 3))}
+    return fdp.ConsumeIntInRange(0, 2**20)
+
+
+def _containers(obj, out):
+    if isinstance(obj, (dict, list)):
+        out.append(obj)
+        for v in (obj.values() if isinstance(obj, dict) else obj):
+            _containers(v, out)
+    return out
+
+
+def edit_json(obj, fdp, max_edits: int = 4):
+    """Applies a few edits (replace / delete / add / duplicate a value) to a parsed JSON object in place."""
+    for _ in range(fdp.ConsumeIntInRange(1, max_edits)):
+        nodes = _containers(obj, [])
+        if not nodes:
+            return obj
+        node = nodes[fdp.ConsumeIntInRange(0, len(nodes) - 1)]
+        keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+        op = fdp.ConsumeIntInRange(0, 3)
+        if not keys or op == 2:
+            if isinstance(node, dict):
+                node[pick(fdp, INTERESTING_STRS) if fdp.ConsumeBool() else
+                     fdp.ConsumeUnicodeNoSurrogates(4)] = value(fdp)
+            else:
+                node.append(value(fdp))
+            continue
+        key = keys[fdp.ConsumeIntInRange(0, len(keys) - 1)]
+        if op == 0:
+            node[key] = value(fdp)
+        elif op == 1:
+            del node[key]
+        elif isinstance(node, list):
+            node.append(node[key])
+        else:  # a small numeric nudge keeps the rest of the structure plausible
+            v = node[key]
+            if isinstance(v, int) and not isinstance(v, bool):
+                node[key] = v + fdp.ConsumeIntInRange(-2, 2)
+            else:
+                node[key] = value(fdp)
+    return obj
+
+
+def edit_struct(data: bytes, fields, fdp) -> bytes:
+    """Overwrites a few header fields (offset, struct format) with boundary values."""
+    buf = bytearray(data)
+    for _ in range(fdp.ConsumeIntInRange(1, 3)):
+        off, fmt = pick(fdp, fields)
+        size = struct.calcsize(fmt)
+        if off + size > len(buf):
+            continue
+        old = struct.unpack_from(fmt, buf, off)[0]
+        bits = 8 * size
+        cands = [v for v in INTERESTING_INTS if -(1 << (bits - 1)) <= v < (1 << bits)]
+        v = old + fdp.ConsumeIntInRange(-2, 2) if fdp.ConsumeBool() else pick(fdp, cands)
+        v &= (1 << bits) - 1
+        struct.pack_into(fmt.replace("i", "I").replace("q", "Q"), buf, off, v)
+    return bytes(buf)
+
+
+def edit_bytes(data: bytes, fdp, start: int = 0) -> bytes:
+    """A few byte flips / overwrites after `start` (for sections behind a recomputed checksum)."""
+    buf = bytearray(data)
+    if len(buf) <= start:
+        return data
+    for _ in range(fdp.ConsumeIntInRange(1, 4)):
+        i = fdp.ConsumeIntInRange(start, len(buf) - 1)
+        op = fdp.ConsumeIntInRange(0, 2)
+        if op == 0:
+            buf[i] ^= 1 << fdp.ConsumeIntInRange(0, 7)
+        elif op == 1:
+            buf[i] = pick(fdp, (0, 1, 0x7F, 0x80, 0xFF))
+        else:
+            n = fdp.ConsumeIntInRange(1, 8)
+            buf[i:i + n] = b"\xff" * n
+    return bytes(buf)
+
+
+# ---------------------------------------------------------------- small real collections
+_FIXTURES = {}
+
+
+def collection_files(kind: str) -> dict:
+    """{file name: bytes} of a small committed collection (kind: "quant", "sign" or "hnsw"), built once
+    per process: 40 rows x 8-d, texts, tenants, ACLs, four filter-field kinds, one delete."""
+    if kind in _FIXTURES:
+        return _FIXTURES[kind]
+    import numpy as np
+
+    import vecsift
+
+    params = {"quant": ("bq", {}), "sign": ("bq", {"bits": None}), "hnsw": ("hnsw", {})}[kind]
+    path = os.path.join(scratch(), f"fixture-{kind}")
+    c = vecsift.Collection.create(path, dim=8, index=params[0], filter_fields=["year", "kind", "date", "flag"],
+                                  **params[1])
+    rng = np.random.default_rng(0)
+    n = 40
+    c.add([f"id{i}" for i in range(n)], rng.standard_normal((n, 8)).astype(np.float32),
+          texts=[f"word{i % 7} alpha beta {i}" for i in range(n)], doc_ids=[f"d{i // 4}" for i in range(n)],
+          tenant=["a", "b"] * (n // 2), acl=[["g1"] if i % 3 else ["g2", "g1"] for i in range(n)],
+          metadata=[{"year": 2000 + i % 10, "kind": ["faq", "doc"][i % 2], "date": f"2024-01-{1 + i % 28:02d}",
+                     "flag": bool(i % 2)} for i in range(n)])
+    c.commit()
+    c.delete(ids=["id3"])
+    c.commit()
+    c.close()
+    files = {}
+    for name in sorted(os.listdir(path)):
+        if name != "LOCK":
+            with open(os.path.join(path, name), "rb") as f:
+                files[name] = f.read()
+    shutil.rmtree(path)
+    _FIXTURES[kind] = files
+    return files
+
+
+def file_of(files: dict, prefix: str) -> str:
+    return next(name for name in files if name.startswith(prefix))
+
+
+def manifest_of(files: dict) -> dict:
+    return json.loads(files["MANIFEST"][_FRAME.size:])
+
+
+def framed_manifest(m: dict) -> bytes:
+    from vecsift.storage.framing import frame
+
+    return frame("manifest", json.dumps(m, sort_keys=True).encode())
+
+
+def open_and_search(files: dict, writable: bool = False) -> None:
+    """Writes `files` as a collection directory, opens it and runs a few searches. A bad file must
+    raise CorruptIndexError at open; once open, the searches must work."""
+    import numpy as np
+
+    import vecsift
+
+    path = os.path.join(scratch(), "coll")
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    os.mkdir(path)
+    for name, data in files.items():
+        write_file(os.path.join(path, name), data)
+    c = expect(vecsift.Collection.open, loader_errors(), path, readonly=not writable)
+    if c is None:
+        return
+    try:
+        q = np.linspace(-1, 1, c.dim, dtype=np.float32)
+        hits = c.search(q, text="alpha word3", k=5, tenant="a", groups=["g1"])
+        assert len(hits) <= 5
+        hits = c.search(q, k=50, tenant="a", groups=["g1", "g2"], where={"year": {"$gte": 2003}})
+        assert len(hits) <= 50
+        scores = [h.score for h in hits]
+        assert scores == sorted(scores, reverse=True), scores
+        c.search(text="beta", k=3, tenant="b", groups=["g1"], mode="sparse")
+        c.get(["id0", "id5"], tenant="a", groups=["g1"])
+    finally:
+        c.close()
+
+
+# ---------------------------------------------------------------- entry point
+def main(seeds, one_input) -> None:
+    """Runs the target under libFuzzer: python fuzz_x.py [libFuzzer flags] [corpus dir ...].
+
+    Without a corpus directory a temporary one is used; an empty corpus directory is filled with
+    seeds() first."""
+    import atheris
+
+    argv = list(sys.argv)
+    dirs = [a for a in argv[1:] if not a.startswith("-")]
+    if not dirs:
+        d = tempfile.mkdtemp(prefix="vecsift-corpus-")
+        atexit.register(shutil.rmtree, d, True)
+        argv.append(d)
+        dirs = [d]
+    os.makedirs(dirs[0], exist_ok=True)
+    if not os.listdir(dirs[0]):
+        for i, s in enumerate(seeds()):
+            write_file(os.path.join(dirs[0], f"seed-{i:03d}"), s)
+    atheris.Setup(argv, one_input)
+    atheris.Fuzz()
