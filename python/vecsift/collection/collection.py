@@ -83,18 +83,40 @@ def _load(path, m: Manifest, writable):
     if m.vectors["rows"] != m.rows:
         raise CorruptIndexError(f"{os.path.join(path, 'MANIFEST')}: row counts disagree")
     vec = RowFile.open_entry(path, m.vectors, "vectors", "float32", m.dim, writable)
-    try:
+    dense = None
+    try:  # a refused open closes what it opened: a caller retrying it must not run out of descriptors
         dense = KINDS[m.index].load(path, m.dense, m.dim, m.metric, m.index_params, writable)
         sparse = BM25Sparse.load(path, m.sparse, m.sparse_params)
         fpath = os.path.join(path, m.filters["file"])
         filters = Filters.from_bytes(read_blob(fpath, "filters", m.filters), fpath)
-        tables = [read_segment(os.path.join(path, s["file"]), s) for s in m.segments]
+        tables = [_checked_segment(os.path.join(path, s["file"]), s) for s in m.segments]
+        try:
+            _concat(tables)  # segments whose metadata columns cannot be combined
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise CorruptIndexError(f"{path}: chunk segments do not combine: {exc}") from None
+        if sum(t.num_rows for t in tables) != m.rows or dense.size != m.rows:
+            raise CorruptIndexError(f"{os.path.join(path, 'MANIFEST')}: files hold a different number of rows")
     except BaseException:
         vec.close()
+        if dense is not None:
+            dense.close()
         raise
-    if sum(t.num_rows for t in tables) != m.rows or dense.size != m.rows:
-        raise CorruptIndexError(f"{os.path.join(path, 'MANIFEST')}: files hold a different number of rows")
     return vec, dense, sparse, filters, tables
+
+
+def _checked_segment(path, entry) -> pa.Table:
+    """read_segment, refusing a table whose chunk columns (ingest.ROW_SCHEMA) lack "id" or have other
+    types: hits and id lookups index them without further checks."""
+    from vecsift.collection.ingest import ROW_SCHEMA
+
+    table = read_segment(path, entry)
+    if len(set(table.column_names)) != table.num_columns:
+        raise CorruptIndexError(f"{path}: not a chunk segment (a column name repeats)")
+    for field in ROW_SCHEMA:
+        i = table.schema.get_field_index(field.name)
+        if (i < 0 and field.name == "id") or (i >= 0 and table.schema.field(i).type != field.type):
+            raise CorruptIndexError(f"{path}: not a chunk segment (column {field.name!r} missing or retyped)")
+    return table
 
 
 def _load_newest(path, writable, retry):
@@ -171,7 +193,12 @@ class Collection:
         try:
             m, parts = _load_newest(path, writable=not readonly, retry=readonly)
             self = cls.__new__(cls)
-            self._init(path, m, *parts, lock)
+            try:
+                self._init(path, m, *parts, lock)
+            except BaseException:
+                parts[0].close()
+                parts[1].close()
+                raise
             if embedder is not None:
                 self.set_embedder(embedder)
             if not readonly:

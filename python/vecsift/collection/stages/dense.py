@@ -127,9 +127,13 @@ class BQDense:
     @classmethod
     def load(cls, directory, entry: dict, dim: int, metric: str, params: dict, writable: bool) -> "BQDense":
         rf = RowFile.open_entry(directory, entry, "codes", "uint8", (dim + 7) // 8, writable)
-        self = cls(dim, metric, params, rf)
-        if entry["rows"]:
-            self.index.add(rf.read_all(entry["rows"], rf.crc))  # verified against the manifest
+        try:
+            self = cls(dim, metric, params, rf)
+            if entry["rows"]:
+                self.index.add(rf.read_all(entry["rows"], rf.crc))  # verified against the manifest
+        except BaseException:
+            rf.close()
+            raise
         return self
 
     @property

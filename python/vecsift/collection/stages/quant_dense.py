@@ -123,11 +123,15 @@ class QuantBQDense:
         else:
             index = cls._new_index(dim, metric, params)
         rf = RowFile.open_entry(directory, entry, "qcodes", "uint8", cls.width(index), writable)
-        self = cls(dim, metric, params, rf, index, model)
-        if entry["rows"]:
-            if model is None:
-                raise CorruptIndexError("quantised codes without their model file")
-            self._publish_rows(rf.read_all(entry["rows"], rf.crc))  # verified against the manifest
+        try:
+            self = cls(dim, metric, params, rf, index, model)
+            if entry["rows"]:
+                if model is None:
+                    raise CorruptIndexError("quantised codes without their model file")
+                self._publish_rows(rf.read_all(entry["rows"], rf.crc))  # verified against the manifest
+        except BaseException:
+            rf.close()
+            raise
         return self
 
     @staticmethod
