@@ -62,6 +62,38 @@ def _instrument_vecsift():
             atheris.instrument_func(obj)
             n += 1
     sys.stderr.write(f"INFO: instrumented {n} vecsift functions\n")
+    global _FUZZING
+    _FUZZING = True
+
+
+_FUZZING = False
+_FEEDBACK = {}
+
+
+def feedback(key: str) -> None:
+    """Makes an outcome the native code decided (which check refused a file) visible to the fuzzer as
+    new coverage: the native core is not instrumented, so without this libFuzzer could not tell a file
+    the C++ loader refused at its magic from one it refused at its last link check. Each distinct key
+    runs its own freshly instrumented function once per execution."""
+    if not _FUZZING:
+        return
+    fn = _FEEDBACK.get(key)
+    if fn is None:
+        import atheris
+
+        if len(_FEEDBACK) > 4096:  # bounded: keys are normalised messages, a few dozen per target
+            return
+        ns = {}
+        exec(f"def outcome_{len(_FEEDBACK)}():\n    return {len(_FEEDBACK)}\n", ns)  # noqa: S102
+        fn = _FEEDBACK[key] = atheris.instrument_func(next(iter(v for k, v in ns.items() if k.startswith("outcome"))))
+    fn()
+
+
+def _outcome(exc) -> str:
+    import re
+
+    msg = re.sub(r"^\S*: ", "", str(exc))  # the file's path
+    return type(exc).__name__ + ":" + re.sub(r"\d+", "#", msg)[:60]
 
 
 def split_mode(data: bytes):
@@ -100,8 +132,11 @@ def expect(fn, allowed, *args, **kwargs):
     finding and propagates (atheris saves the input). VECSIFT_FUZZ_MESSAGES=path collects the distinct
     messages, to read whether they name the problem."""
     try:
-        return fn(*args, **kwargs)
+        out = fn(*args, **kwargs)
+        feedback(f"ok:{getattr(fn, '__name__', '')}")
+        return out
     except allowed as exc:
+        feedback(_outcome(exc))
         msg = str(exc)
         if not msg.strip():
             raise AssertionError(f"{type(exc).__name__} without a message") from exc

@@ -352,7 +352,9 @@ class IVFIndex:
                         oversample=meta["oversample"], refine=meta.get("refine", 1), scorer=meta["scorer"],
                         seed=meta["seed"])
             n, nlist = int(meta["n"]), int(meta["nlist"])
-        except (KeyError, TypeError, ValueError) as exc:
+            if not isinstance(meta["has_vectors"], bool) or n < 0:
+                raise ValueError("has_vectors must be true or false and n a count")
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise CorruptIndexError(f"{path}: header fields are invalid ({exc})") from None
         if meta.get("kind") != "ivf":
             raise CorruptIndexError(f"{path}: not an IVF index")
@@ -378,10 +380,12 @@ class IVFIndex:
                 raise ValueError(f"vectors: expected shape {(n, index.dim)}, got {vecs.shape}")
         if vecs is None or vecs.shape != (n, index.dim):
             raise CorruptIndexError(f"{path}: vectors section is malformed")
-        layout = _Layout(arr["list_block"], arr["list_size"], arr["slot_row"], arr["codes"])
         try:
+            layout = _Layout(arr["list_block"], arr["list_size"], arr["slot_row"], arr["codes"])
             index._install(layout, vecs, arr.get("inv_norm"), path=os.fspath(path))
-        except ValueError as exc:  # the core's consistency checks
+        except KeyError as exc:
+            raise CorruptIndexError(f"{path}: section {exc} is missing") from None
+        except (ValueError, TypeError) as exc:  # the core's consistency checks (types and sizes)
             raise CorruptIndexError(f"{path}: {exc}") from None
         if int(np.asarray(layout.list_size).sum()) != n:
             raise CorruptIndexError(f"{path}: list sizes do not add up to {n} rows")
