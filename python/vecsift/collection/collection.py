@@ -51,6 +51,7 @@ from vecsift.collection.commit import write_commit
 from vecsift.collection.compaction import compact_files
 from vecsift.collection.filters import Filters, rows_of
 from vecsift.collection.hits import HitBuilder
+from vecsift.collection.limits import DEADLINE_CHUNK, Limits, as_limits, deadline_of
 from vecsift.collection.pgvocab import metric_name, resolve_ef
 from vecsift.collection.rwlock import RWLock
 from vecsift.collection.snapshot import Snapshot, empty_snapshot, take_snapshot
@@ -140,14 +141,17 @@ class Collection:
     def create(cls, path, dim: int | None = None, metric: str = "cosine", index: str = "bq",
                model: str | None = None, pipeline_version: str | None = None, filter_fields=(),
                index_heading_path: bool = False, bm25_k1: float = 1.2, bm25_b: float = 0.75, *, embedder=None,
-               **index_params) -> "Collection":
+               limits=None, **index_params) -> "Collection":
         """Creates an empty collection in directory `path` (new or empty) and opens it for writing.
 
         filter_fields: metadata/provenance fields usable in search(where=...).
         index_heading_path: BM25 indexes "heading path\n" + text; embed the same
         string upstream (Collection.text_for_embedding builds it).
         embedder: see set_embedder; dim and model default to the embedder's.
+        limits: a vecsift.collection.Limits or a dict of overrides (bounds on k, batch size, where=...,
+        docs/limits.md), recorded in the manifest.
         """
+        limits = as_limits(limits)
         embedder, dim, model = embedders.for_create(embedder, dim, model)
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
@@ -174,7 +178,8 @@ class Collection:
                          index_heading_path=bool(index_heading_path), sparse_params=sparse_params,
                          sparse=sparse.prepare_commit(path, 0),
                          vectors=vec.entry(),
-                         dense=dense.prepare_commit(path, 0, vec.view(0)), format=FORMAT_VERSION)
+                         dense=dense.prepare_commit(path, 0, vec.view(0)), format=FORMAT_VERSION,
+                         limits=limits.to_dict())
             m, _ = write_commit(path, m, filters)
         except BaseException:
             lock.release()
@@ -214,6 +219,7 @@ class Collection:
         self._lock = lock
         self._closed = False
         self._embedder = None
+        self._limits = None  # set_limits on a readonly collection: this process only
         self._wlock = threading.RLock()
         self._rw = RWLock()
         self._swap(m, vec, dense, sparse, filters, tables)
@@ -464,6 +470,31 @@ class Collection:
             self._staged.dirty = True
             self._publish()
 
+    @property
+    def limits(self) -> Limits:
+        """The bounds searches are checked against (vecsift.collection.Limits, docs/limits.md)."""
+        if self._limits is not None:
+            return self._limits
+        try:
+            return Limits.from_dict(self._manifest.limits, strict=False)
+        except ValueError as exc:
+            raise CorruptIndexError(f"{self._path}/MANIFEST: bad limits: {exc}") from None
+
+    def set_limits(self, limits=None, **changes) -> None:
+        """Replaces the search bounds: a Limits, a dict of overrides, or keyword changes of the current
+        ones (set_limits(max_k=50_000)). A writer records them in the manifest at the next commit; on a
+        readonly collection they hold for this process only."""
+        new = self.limits if limits is None else as_limits(limits)
+        if changes:
+            new = Limits.from_dict({**new.to_dict(), **changes})
+        if self._lock is None:
+            self._limits = new
+            return
+        self._writable()
+        with self._wlock:
+            self._manifest = self._manifest.replace(limits=new.to_dict())
+            self._staged.dirty = True
+
     def info(self) -> dict:
         """What `vecsift info` prints: rows, deletes, model, index, bytes on disk and in RAM."""
         m, snap = self._manifest, self._snap
@@ -591,7 +622,7 @@ class Collection:
     # ------------------------------------------------------------------ searching
     def search(self, vector=None, text=None, k: int = 10, tenant=None, groups=None, where=None, *, mode=None,
                candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
-               threads: int = 0, stats=None, ef_search=None) -> list:
+               threads: int = 0, stats=None, ef_search=None, deadline=None) -> list:
         """Top-k chunks as Hits, best first.
 
         mode: "dense" (vector), "sparse" (BM25 over text) or "hybrid" (both,
@@ -605,9 +636,13 @@ class Collection:
         to add the dense stage's counters to (distances, hops, rows scanned exactly...).
         Hit.distance is the distance pgvector would report (dense only). ef_search:
         pgvector's name for ef. With an embedder attached, text without vector is
-        embedded (so text alone runs hybrid) unless mode="sparse".
+        embedded (so text alone runs hybrid) unless mode="sparse". deadline: seconds; DeadlineExceeded
+        (a TimeoutError) once they have passed, checked between stages. Arguments beyond the
+        collection's limits (k, candidates, text length, where= size...) raise LimitError (docs/limits.md).
         """
         ef = resolve_ef(ef, ef_search)
+        if isinstance(text, str):  # before an embedder spends time on it
+            self.limits.check("text length", len(text), "max_text_chars")
         vector = embedders.query_vector(self._embedder, vector, text, mode)
         q = None
         if vector is not None:
@@ -617,13 +652,18 @@ class Collection:
         if text is not None and not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
         return self._search(q, None if text is None else [text], k, tenant, groups, where, mode, candidates, rrf_k,
-                            weights, ef, oversample, threads, stats)[0]
+                            weights, ef, oversample, threads, stats, deadline)[0]
 
     def search_batch(self, vectors=None, texts=None, k: int = 10, tenant=None, groups=None, where=None, *,
                      mode=None, candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
-                     threads: int = 0, stats=None, ef_search=None) -> list:
-        """search() for many queries (rows of `vectors` and/or items of `texts`), one filter for all."""
+                     threads: int = 0, stats=None, ef_search=None, deadline=None) -> list:
+        """search() for many queries (rows of `vectors` and/or items of `texts`), one filter for all.
+        With a deadline the batch runs in chunks of DEADLINE_CHUNK queries, checked between them."""
         ef = resolve_ef(ef, ef_search)
+        if texts is not None and not isinstance(texts, str):
+            texts = list(texts)
+            self.limits.check("batch size", len(texts), "max_batch")
+            self.limits.check_request(len(texts), None, None, None, None, texts, False)
         vectors = embedders.query_vectors(self._embedder, vectors, texts, mode)
         q = None if vectors is None else as_vectors(vectors, "vectors", dim=self.dim)
         if texts is not None:
@@ -633,16 +673,22 @@ class Collection:
             if q is not None and len(texts) != len(q):
                 raise ValueError(f"{len(q)} vectors but {len(texts)} texts")
         return self._search(q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
-                            threads, stats)
+                            threads, stats, deadline)
 
     def search_rows(self, vectors, k: int = 10, tenant=None, groups=None, where=None, ef=None, oversample=None,
-                    threads: int = 0, stats=None, ef_search=None):
+                    threads: int = 0, stats=None, ef_search=None, deadline=None):
         """Dense search returning (rows int64, scores float32) arrays, pad -1 (for benchmarks)."""
         ef = resolve_ef(ef, ef_search)
+        dl = deadline_of(deadline)
         snap = self._snap
         q = as_vectors(vectors, "vectors", dim=self.dim)
         req = cascade.request(q, None, k, "dense", ef=ef, oversample=oversample, threads=threads)
-        return cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where), stats).dense
+        self._check_limits(req)
+        allow = self._allow(snap, tenant, groups, where)
+        parts = [cascade.retrieve(snap, part, allow, stats, dl).dense for part in _chunks(req, dl, "filter")]
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def bm25_statistics(self, texts, tenant=None, groups=None, where=None) -> list:
         """BM25 statistics of each text's terms within the rows this filter allows (the allow set
@@ -677,18 +723,34 @@ class Collection:
     def _allow(self, snap, tenant, groups, where):
         if self._closed:
             raise VecsiftError("the collection is closed")
+        self.limits.check_where(where)
         return snap.allow(tenant, groups, where)  # before anything is scored
 
+    def _check_limits(self, req) -> None:
+        self.limits.check_request(req.n_queries, req.k, req.candidates, req.oversample, req.ef, req.texts,
+                                  req.mode == "hybrid")
+
     def _search(self, q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
-                threads, stats=None):
+                threads, stats=None, deadline=None):
+        dl = deadline_of(deadline)
         snap = self._snap
         req = cascade.request(q, texts, k, mode, candidates, rrf_k, weights, ef, oversample, threads)
-        lists = cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where), stats)
+        self._check_limits(req)
+        allow = self._allow(snap, tenant, groups, where)
+        out = []
+        for part in _chunks(req, dl, "filter"):
+            out += self._hits(snap, part, cascade.retrieve(snap, part, allow, stats, dl), dl)
+        return out
+
+    def _hits(self, snap, req, lists, dl) -> list:
+        """Hits of one request's candidate lists (fused first in hybrid mode)."""
         if req.mode == "dense":
             return snap.hits.build_dense(*lists.dense, metric=self.metric)
         if req.mode == "sparse":
             return [snap.hits.build(rows, scores.tolist(), sparse_ranks=list(range(1, len(rows) + 1)))
                     for rows, scores in lists.sparse]
+        if dl is not None:
+            dl.check("fusion")
         out = []
         for ids, fused, ranks in cascade.fuse(req, lists):
             dense_ranks, sparse_ranks = ([r or None for r in col] for col in ranks.T.tolist())
@@ -698,6 +760,23 @@ class Collection:
     def __repr__(self) -> str:
         return (f"<vecsift.Collection {self._path!r} dim={self.dim} metric={self.metric} index={self.index} "
                 f"rows={len(self)}{' readonly' if self.readonly else ''}>")
+
+
+def _chunks(req, dl, first_stage: str):
+    """req itself, or with a deadline and a large batch, its chunks of DEADLINE_CHUNK queries; the
+    deadline is checked before each (after `first_stage` for the first)."""
+    from dataclasses import replace
+
+    n = req.n_queries
+    step = n if dl is None or n <= DEADLINE_CHUNK else DEADLINE_CHUNK
+    for s in range(0, max(n, 1), max(step, 1)):
+        if dl is not None:
+            dl.check(first_stage if s == 0 else f"queries {s}..")
+        if step >= n:
+            yield req
+            return
+        yield replace(req, vectors=None if req.vectors is None else req.vectors[s:s + step],
+                      texts=None if req.texts is None else req.texts[s:s + step])
 
 
 def _text_list(texts) -> list:

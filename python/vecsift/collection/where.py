@@ -33,6 +33,10 @@ import numpy as np
 from pyroaring import BitMap
 
 from vecsift.collection.field_index import FieldIndex, micros
+from vecsift.collection.limits import MAX_WHERE_DEPTH, Limits
+
+# The parser's own bound (whatever a collection's limits): depth only, sizes are the collection's call.
+_PARSE_GUARD = Limits(max_where_depth=MAX_WHERE_DEPTH, max_where_terms=1 << 62)
 
 _CMP = {"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$between", "$exists", "$like", "$ilike",
         "$nlike", "$nilike"}
@@ -42,7 +46,15 @@ TRUE = ("true",)
 
 
 def parse(where, fields: dict) -> tuple:
-    """The checked, canonical tree of a where= dict; fields: {name: FieldIndex}."""
+    """The checked, canonical tree of a where= dict; fields: {name: FieldIndex}. A filter nested deeper
+    than limits.MAX_WHERE_DEPTH is refused before the (recursive) parse starts."""
+    if where is None:
+        return TRUE
+    _PARSE_GUARD.check_where(where)
+    return _parse(where, fields)
+
+
+def _parse(where, fields: dict) -> tuple:
     if where is None:
         return TRUE
     if not isinstance(where, dict):
@@ -70,10 +82,10 @@ def _logic(op, val, fields):
         raise ValueError(f"where: unknown operator {op!r}; logical operators are $and, $or, $not")
     if op == "$not":
         subs = val if isinstance(val, (list, tuple)) else [val]
-        return ("not", _and([parse(s, fields) for s in subs]))
+        return ("not", _and([_parse(s, fields) for s in subs]))
     if not isinstance(val, (list, tuple)) or not all(isinstance(s, dict) for s in val):
         raise TypeError(f"where: {op} takes a list of filter dicts, got {val!r}")
-    subs = [parse(s, fields) for s in val]
+    subs = [_parse(s, fields) for s in val]
     if op == "$and":
         return _and(subs)
     return ("or",) + tuple(sorted(set(subs), key=repr)) if subs else ("false",)

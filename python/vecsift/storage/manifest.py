@@ -58,6 +58,7 @@ class Manifest:
     filters: dict = field(default_factory=dict)  # {"file", "crc32c"}
     search_defaults: dict = field(default_factory=dict)
     payload: dict = field(default_factory=dict)  # user state committed with the data (check_payload)
+    limits: dict = field(default_factory=dict)  # search bounds that differ from the defaults (collection/limits.py)
     extra: dict = field(default_factory=dict)  # keys of a newer writer, kept as they are
     format: int = FORMAT_VERSION
 
@@ -68,7 +69,7 @@ class Manifest:
         known = {f.name for f in fields(cls)} - {"extra"}
         try:
             kw = {k: v for k, v in d.items() if k in known}
-            for k in ("search_defaults", "payload", "sparse_params"):
+            for k in ("search_defaults", "payload", "sparse_params", "limits"):
                 if kw.get(k) is None:
                     kw.pop(k, None)  # written as null by older versions
             m = cls(**kw, extra={k: v for k, v in d.items() if k not in known})
@@ -166,7 +167,7 @@ def check_fields(m: Manifest, name) -> None:
         raise CorruptIndexError(f"{name}: unknown metric {m.metric!r} or index {m.index!r}")
     if m.rows < 0 or m.generation < 0:
         raise CorruptIndexError(f"{name}: negative rows or generation")
-    for what in ("index_params", "sparse_params", "search_defaults", "payload"):
+    for what in ("index_params", "sparse_params", "search_defaults", "payload", "limits"):
         if not isinstance(getattr(m, what), dict):
             raise CorruptIndexError(f"{name}: {what} is not an object")
     if not isinstance(m.filter_fields, list) or not all(isinstance(f, str) for f in m.filter_fields):
@@ -176,6 +177,8 @@ def check_fields(m: Manifest, name) -> None:
             lo_hi = _INT_PARAMS.get(key)
             if lo_hi and not (v is None and key in _MAY_BE_NULL) and not (_is_int(v) and lo_hi[0] <= v <= lo_hi[1]):
                 raise CorruptIndexError(f"{name}: {what}[{key!r}] = {v!r} is out of range")
+    if not all(_is_int(v) and v >= 1 for v in m.limits.values()):
+        raise CorruptIndexError(f"{name}: limits are not positive integers")
     for key in ("k1", "b"):
         v = m.sparse_params.get(key, 0.0)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1e6:
