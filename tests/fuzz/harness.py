@@ -614,3 +614,148 @@ def collection_file_seeds(choices) -> list:
         body = files[file_of(files, prefix)]
         out += [seed(RAW, body, v), seed(FIXED, body, v), seed(EDIT, bytes(range(24)), v)]
     return out
+
+
+# ---------------------------------------------------------------- query arguments
+def int_arg(fdp):
+    """A k / ef / oversample / candidates value: usually a plausible int, sometimes anything."""
+    import numpy as np
+
+    c = fdp.ConsumeIntInRange(0, 9)
+    if c <= 4:
+        return fdp.ConsumeIntInRange(1, 64)
+    if c == 5:
+        return pick(fdp, (0, -1, 2**31, 2**63, 10**7, 10**12))
+    if c == 6:
+        return pick(fdp, (None, True, 1.5, "10", np.int64(3), np.uint8(7), float("nan"), [3]))
+    if c == 7:
+        return fdp.ConsumeIntInRange(65, 20_000)
+    return None
+
+
+def array_arg(fdp, dim: int):
+    """Queries / vectors of any shape and dtype, biased to (n, dim) float32."""
+    import numpy as np
+
+    c = fdp.ConsumeIntInRange(0, 9)
+    n = fdp.ConsumeIntInRange(0, 3) if c != 9 else fdp.ConsumeIntInRange(0, 600)
+    if c <= 5:
+        shape = (n, dim)
+    elif c == 6:
+        shape = (dim,)
+    elif c == 7:
+        shape = pick(fdp, ((), (0,), (n, dim + 1), (n, 0), (1, n, dim), (n, max(dim - 1, 1))))
+    else:
+        shape = (n, dim)
+    dtype = pick(fdp, (np.float32, np.float32, np.float32, np.float64, np.float16, np.int8, np.uint64, np.bool_,
+                       np.complex64, object, "U3")) if fdp.ConsumeIntInRange(0, 3) == 0 else np.float32
+    size = int(np.prod(shape)) if shape else 1
+    raw = fdp.ConsumeFloatListInRange(size, -2.0, 2.0) if size <= 4096 else [0.5] * size
+    arr = np.array(raw + [0.0] * (size - len(raw)), dtype=np.float64).reshape(shape)
+    if fdp.ConsumeIntInRange(0, 7) == 0 and arr.size:
+        arr.flat[fdp.ConsumeIntInRange(0, arr.size - 1)] = pick(fdp, (float("nan"), float("inf"), 1e39, -1e39))
+    try:
+        out = arr.astype(dtype)
+    except (ValueError, TypeError, OverflowError):
+        out = arr
+    if fdp.ConsumeIntInRange(0, 7) == 0:
+        return out.tolist()  # a nested list
+    if fdp.ConsumeIntInRange(0, 7) == 0 and out.ndim == 2:
+        return np.asfortranarray(out)
+    return out
+
+
+def text_arg(fdp):
+    c = fdp.ConsumeIntInRange(0, 7)
+    if c == 0:
+        return pick(fdp, (None, 5, b"bytes", ["alpha"], ""))
+    if c == 1:
+        return "alpha " * fdp.ConsumeIntInRange(1, 30_000)  # past the text-length limit at the top
+    if c == 2:
+        return fdp.ConsumeUnicode(fdp.ConsumeIntInRange(0, 40))
+    return " ".join(pick(fdp, ("alpha", "beta", "word3", "the", "HTTPServer", "x_y", "é", "\x00", "id7"))
+                    for _ in range(fdp.ConsumeIntInRange(0, 6)))
+
+
+FIELDS = ("year", "kind", "date", "flag", "nope")
+OPS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$between", "$exists", "$like", "$ilike",
+       "$nlike", "$nilike", "$not", "$foo")
+
+
+def where_value(fdp):
+    import datetime as dt
+
+    import numpy as np
+
+    c = fdp.ConsumeIntInRange(0, 9)
+    if c == 0:
+        return fdp.ConsumeIntInRange(1995, 2012)
+    if c == 1:
+        return pick(fdp, ("faq", "doc", "f%", "%o%", "_aq", "", "\\"))
+    if c == 2:
+        return pick(fdp, ("2024-01-05", "2024-01-05T10:00:00", "2024-13-01", "2024-01-05T10:00:00+02:00",
+                          dt.date(2024, 1, 3), np.datetime64("2024-01-07"), dt.datetime(2024, 1, 9)))
+    if c == 3:
+        return fdp.ConsumeBool()
+    if c == 4:
+        return pick(fdp, (np.float32(2003.5), np.int64(2004), np.bool_(True), float("nan"), float("inf"), 10**30))
+    if c == 5:
+        return [where_value(fdp) for _ in range(fdp.ConsumeIntInRange(0, 4))]
+    if c == 6:
+        return pick(fdp, (np.arange(2000, 2005), {2001, 2002}, (2003,), np.array(["faq"])))
+    return value(fdp, 2)
+
+
+def where_arg(fdp, depth: int = 0):
+    """A where= filter: mostly well-formed (Mongo / PGVector operators, Qdrant must/should), often not."""
+    c = fdp.ConsumeIntInRange(0, 12)
+    if depth > 4 or c <= 3:
+        f = pick(fdp, FIELDS)
+        if fdp.ConsumeBool():
+            return {f: where_value(fdp)}
+        return {f: {pick(fdp, OPS): where_value(fdp) if fdp.ConsumeIntInRange(0, 4) else where_arg(fdp, depth + 1)
+                    for _ in range(fdp.ConsumeIntInRange(0, 3))}}
+    if c <= 6:
+        op = pick(fdp, ("$and", "$or", "$not", "$nor"))
+        subs = [where_arg(fdp, depth + 1) for _ in range(fdp.ConsumeIntInRange(0, 3))]
+        return {op: subs[0] if op == "$not" and subs and fdp.ConsumeBool() else subs}
+    if c <= 9:
+        clause = pick(fdp, ("must", "should", "must_not"))
+        conds = []
+        for _ in range(fdp.ConsumeIntInRange(0, 3)):
+            k = fdp.ConsumeIntInRange(0, 5)
+            key = pick(fdp, FIELDS)
+            if k == 0:
+                conds.append({"key": key, "match": {pick(fdp, ("value", "any", "except", "text")): where_value(fdp)}})
+            elif k == 1:
+                conds.append({"key": key, pick(fdp, ("range", "datetime_range")):
+                              {pick(fdp, ("gt", "gte", "lt", "lte", "eq")): where_value(fdp)}})
+            elif k == 2:
+                conds.append({pick(fdp, ("is_empty", "is_null")): pick(fdp, ({"key": key}, key, {}))})
+            elif k == 3:
+                conds.append(where_arg(fdp, depth + 1))
+            else:
+                conds.append(value(fdp, 2))
+        return {clause: conds if fdp.ConsumeIntInRange(0, 4) else (conds[0] if conds else {})}
+    if c == 10:
+        deep = {"year": 2001}
+        for _ in range(fdp.ConsumeIntInRange(1, 400)):
+            deep = {"$and": [deep]}
+        return deep
+    if c == 11:
+        return {"year": {"$in": list(range(fdp.ConsumeIntInRange(0, 3000)))}}
+    return pick(fdp, (None, {}, [], "year", 5, {"$and": {}}, {"year": {}}, {1: 2}))
+
+
+def open_fixture(kind: str):
+    """A small collection (collection_files) opened readonly once per process, for query targets."""
+    key = "open-" + kind
+    if key not in _FIXTURES:
+        import vecsift
+
+        path = os.path.join(scratch(), key)
+        os.mkdir(path)
+        for name, data in collection_files(kind).items():
+            write_file(os.path.join(path, name), data)
+        _FIXTURES[key] = vecsift.open(path, readonly=True)
+    return _FIXTURES[key]

@@ -698,6 +698,7 @@ class Collection:
         A sharded collection sums these over its shards and passes the sums to
         search_sparse(statistics=...): BM25 scores then equal one collection's over all rows."""
         texts = _text_list(texts)
+        self.limits.check_request(len(texts), None, None, None, None, texts, False)
         snap = self._snap
         allow = self._allow(snap, tenant, groups, where)
         return [snap.sparse.term_statistics(t, allow) for t in texts]
@@ -707,6 +708,7 @@ class Collection:
         per text, e.g. summed over shards) instead of this collection's; None: as mode="sparse"."""
         texts = _text_list(texts)
         k = check_k(k)
+        self.limits.check_request(len(texts), k, None, None, None, texts, False)
         if statistics is not None and (isinstance(statistics, dict) or len(statistics) != len(texts)):
             raise ValueError("statistics must be a list with one dict per text")
         snap = self._snap

@@ -19,7 +19,9 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, fields, replace
 
-from vecsift.errors import VecsiftError
+from vecsift.errors import DeadlineExceeded, LimitError
+
+__all__ = ["DEADLINE_CHUNK", "DeadlineExceeded", "Deadline", "LimitError", "Limits", "as_limits", "deadline_of"]
 
 # where.parse recurses once per level: deeper filters are refused whatever the limits say.
 MAX_WHERE_DEPTH = 256
@@ -27,17 +29,9 @@ MAX_WHERE_DEPTH = 256
 DEADLINE_CHUNK = 256
 
 
-class LimitError(VecsiftError, ValueError):
-    """An argument of a search is beyond the collection's limits (see vecsift.collection.Limits)."""
-
-    def __init__(self, name: str, value, limit):
-        self.name, self.value, self.limit = name, value, limit
-        super().__init__(f"{name} = {value} exceeds the collection's limit of {limit} "
-                         f"(Limits.{_FIELD.get(name, name)}; raise it with Collection.set_limits)")
-
-
-class DeadlineExceeded(VecsiftError, TimeoutError):
-    """A search ran past its deadline= (checked between stages and between batch chunks)."""
+def _limit_error(name: str, value, limit) -> LimitError:
+    return LimitError(name, value, limit, f"the collection's limit Limits.{_FIELD.get(name, name)} "
+                                           f"(raise it with Collection.set_limits)")
 
 
 @dataclass(frozen=True)
@@ -80,7 +74,7 @@ class Limits:
     def check(self, name: str, value, limit_name: str) -> None:
         limit = getattr(self, limit_name)
         if value is not None and not isinstance(value, bool) and isinstance(value, (int, float)) and value > limit:
-            raise LimitError(name, value, limit)
+            raise _limit_error(name, value, limit)
 
     def check_request(self, n_queries: int, k, candidates, oversample, ef, texts, hybrid: bool) -> None:
         """Every bound of one search call (arguments already type-checked where they are used)."""
@@ -108,9 +102,9 @@ class Limits:
             node, depth = stack.pop()
             terms += 1
             if depth > self.max_where_depth:
-                raise LimitError("where nesting depth", f"> {self.max_where_depth}", self.max_where_depth)
+                raise _limit_error("where nesting depth", f"> {self.max_where_depth}", self.max_where_depth)
             if terms > self.max_where_terms:
-                raise LimitError("where size (operators, fields and values)", f"> {self.max_where_terms}",
+                raise _limit_error("where size (operators, fields and values)", f"> {self.max_where_terms}",
                                  self.max_where_terms)
             if isinstance(node, dict):
                 stack.extend((v, depth + 1) for v in node.values())

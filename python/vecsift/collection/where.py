@@ -206,12 +206,19 @@ def _qdrant_condition(c, fields):
         return _qdrant(c, fields)
     for empty in ("is_empty", "is_null"):
         if empty in c:
-            return _field(c[empty]["key"], {"$exists": False}, fields)
+            inner = c[empty]
+            if not isinstance(inner, dict) or not isinstance(inner.get("key"), str):
+                raise TypeError(f"where: Qdrant {empty} takes {{'key': field name}}, got {inner!r}")
+            return _field(inner["key"], {"$exists": False}, fields)
     if "key" not in c:
         raise ValueError(f"where: unsupported Qdrant condition {c!r} (key with match or range is supported)")
     key, ops = c["key"], {}
+    if not isinstance(key, str):
+        raise TypeError(f"where: a Qdrant condition's key must be a field name, got {key!r}")
     match = c.get("match")
     if match is not None:
+        if not isinstance(match, dict):
+            raise TypeError(f"where: Qdrant match takes an object, got {match!r}")
         if "value" in match:
             ops["$eq"] = match["value"]
         elif "any" in match:
@@ -221,7 +228,10 @@ def _qdrant_condition(c, fields):
         else:
             raise ValueError(f"where: unsupported Qdrant match {match!r}")
     for name in ("range", "datetime_range"):
-        for k, v in (c.get(name) or {}).items():
+        bounds = c.get(name) or {}
+        if not isinstance(bounds, dict):
+            raise TypeError(f"where: Qdrant {name} takes an object of bounds, got {bounds!r}")
+        for k, v in bounds.items():
             if k not in ("gt", "gte", "lt", "lte"):
                 raise ValueError(f"where: unknown Qdrant range bound {k!r}")
             if v is not None:

@@ -28,7 +28,7 @@ import os
 import numpy as np
 
 from vecsift import _core
-from vecsift._arrays import as_vectors, check_k, check_threads
+from vecsift._arrays import as_vectors, check_cells, check_k, check_threads
 from vecsift.allow import allow_arrays
 from vecsift.errors import CorruptIndexError
 from vecsift.index import kmeans
@@ -301,6 +301,7 @@ class IVFIndex:
                 or min_candidates < 0:
             raise ValueError(f"min_candidates must be a non-negative integer, got {min_candidates!r}")
         q = as_vectors(queries, "queries", dim=self._dim)
+        check_cells(len(q), k * oversample * refine, "queries x k x oversample x refine")
         if self._core is None:
             if self._centroids is None:
                 raise RuntimeError("the index is not trained: call train() or IVFIndex.build() first")

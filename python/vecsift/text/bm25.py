@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from pyroaring import FrozenBitMap
 
-from vecsift._arrays import check_k, check_threads
+from vecsift._arrays import check_cells, check_k, check_threads
 from vecsift.allow import allow_arrays
 from vecsift.errors import CorruptIndexError
 from vecsift.text.tokenize import Tokenizer
@@ -455,6 +455,7 @@ class BM25Index:
         scores with those global numbers, as one index over all shards would."""
         k = check_k(k)
         v = self._get_view()
+        k = min(k, max(v.n_rows, 1))  # at most n rows come back: a larger k only costs (numba needs int64)
         if isinstance(statistics, dict):
             return self._search_one(query, k, self._given_scope(query, allow, v, statistics), v)
         return self._search_one(query, k, self._scope(allow, v, _check_statistics(statistics)), v)
@@ -522,6 +523,7 @@ class BM25Index:
             raise TypeError("queries must be a sequence of str; use search() for one query")
         queries = list(queries)
         k = check_k(k)
+        check_cells(len(queries), k)
         threads = check_threads(threads) or (os.cpu_count() or 1)
         if allows is not None and len(allows) != len(queries):
             raise ValueError(f"allows has {len(allows)} entries for {len(queries)} queries")
