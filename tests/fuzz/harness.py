@@ -48,19 +48,32 @@ def _instrument_vecsift():
     # atheris.instrument_imports cannot see through the editable install's custom loader, so the
     # functions are patched after import instead (what atheris.instrument_all does, for vecsift only).
     yield
-    import gc
     import types
 
     import atheris
 
-    n = 0
-    for obj in gc.get_objects():
-        if (isinstance(obj, types.FunctionType) and isinstance(getattr(obj, "__module__", None), str)
-                and obj.__module__.startswith("vecsift")
-                # numba compiles these from their bytecode, which must stay as it is
-                and obj.__module__ != "vecsift.text.bm25_kernels"):
-            atheris.instrument_func(obj)
-            n += 1
+    def functions(ns):
+        for v in list(vars(ns).values()):
+            if isinstance(v, (staticmethod, classmethod)):
+                v = v.__func__
+            if isinstance(v, property):
+                yield from (f for f in (v.fget, v.fset) if f is not None)
+            elif isinstance(v, types.FunctionType):
+                yield v
+
+    fns = []
+    for name, mod in list(sys.modules.items()):
+        # numba compiles bm25_kernels from their bytecode, which must stay as it is
+        if not name.startswith("vecsift") or name == "vecsift.text.bm25_kernels" or mod is None:
+            continue
+        for v in list(vars(mod).values()):
+            if isinstance(v, types.FunctionType) and v.__module__ == name:
+                fns.append(v)
+            elif isinstance(v, type) and v.__module__ == name:
+                fns += [f for f in functions(v) if f.__module__ == name]
+    for fn in fns:
+        atheris.instrument_func(fn)
+    n = len(fns)
     sys.stderr.write(f"INFO: instrumented {n} vecsift functions\n")
     global _FUZZING
     _FUZZING = True
