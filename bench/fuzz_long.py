@@ -16,6 +16,7 @@ import argparse
 import glob
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -45,7 +46,13 @@ def run(target: str, seconds: int, out: str, rss_mb: int, timeout: int) -> dict:
             if left <= 0:
                 break
             cmd[2] = f"-max_total_time={left}"
-            rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=out)
+            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=out)
+            try:
+                rc = proc.wait()
+            except BaseException:  # Ctrl-C / SIGTERM of the campaign: stop the fuzzer too
+                proc.terminate()
+                proc.wait()
+                raise
             if rc == 0:
                 break
     with open(log, errors="replace") as f:
@@ -65,6 +72,7 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=int, default=20, help="seconds one execution may take (a hang beyond)")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # terminate: as Ctrl-C (the fuzzer stops too)
     names = targets()
     if args.list:
         print("\n".join(names))

@@ -1,4 +1,5 @@
-"""Target: vectors and codes row files (storage/rowfile.py): vectors-G.f32, codes-G.bin, codes-G.q.
+"""Target: vectors and codes row files (storage/rowfile.py): vectors-G.f32, codes-G.bin, codes-G.q, and
+the block checksums of the float32 rows, sums-*.bin (storage/rowsums.py).
 
 variant = (fixture, file, writable open); see harness.collection_file_input."""
 import harness
@@ -7,7 +8,8 @@ with harness.instrumented(__name__):
     import vecsift  # noqa: F401
 
 CHOICES = (("quant", "vectors-", False), ("sign", "codes-", False), ("quant", "codes-", True),
-           ("hnsw", "vectors-", True), ("sign", "codes-", True), ("quant", "codes-", False))
+           ("hnsw", "vectors-", True), ("sign", "codes-", True), ("quant", "codes-", False),
+           ("quant", "sums-", False), ("hnsw", "sums-", True))
 
 
 def seeds():

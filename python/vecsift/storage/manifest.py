@@ -159,6 +159,8 @@ def check_entry(entry, what: str, name, needs=()) -> None:
             raise CorruptIndexError(f"{name}: {what} entry has rows={v!r}")
         if key in _SUMS and not (_is_int(v) and 0 <= v < 1 << 32):
             raise CorruptIndexError(f"{name}: {what} entry has {key}={v!r}")
+        if isinstance(v, dict) and "file" in v:  # a file entry inside this one (the row block sums)
+            check_entry(v, f"{what} {key}", name, ("file",))
 
 
 def check_fields(m: Manifest, name) -> None:
