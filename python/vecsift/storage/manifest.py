@@ -121,6 +121,7 @@ def write(directory, m: Manifest) -> None:
 # leave the collection directory.
 _SUMS = ("crc32c", "crc", "model_crc32c")
 _NAMES = ("file", "model")
+_NESTED = ("blocks",)  # the row block sums of a row file entry (storage/rowsums.py)
 # index parameters the stages convert with int(): (smallest, largest) accepted
 _INT_PARAMS = {"m": (2, 1 << 16), "ef_construction": (1, 1 << 31), "ef_search": (1, 1 << 31),
                "seed": (0, (1 << 64) - 1), "oversample": (1, 1 << 20), "bits": (1, 8), "query_bits": (4, 8),
@@ -159,7 +160,7 @@ def check_entry(entry, what: str, name, needs=()) -> None:
             raise CorruptIndexError(f"{name}: {what} entry has rows={v!r}")
         if key in _SUMS and not (_is_int(v) and 0 <= v < 1 << 32):
             raise CorruptIndexError(f"{name}: {what} entry has {key}={v!r}")
-        if isinstance(v, dict) and "file" in v:  # a file entry inside this one (the row block sums)
+        if key in _NESTED and v or isinstance(v, dict) and "file" in v:  # a file entry inside this one
             check_entry(v, f"{what} {key}", name, ("file",))
 
 
