@@ -418,7 +418,8 @@ class IVFIndex:
                 or min_candidates < 0:
             raise ValueError(f"min_candidates must be a non-negative integer, got {min_candidates!r}")
         q = as_vectors(queries, "queries", dim=self._dim)
-        check_cells(len(q), k * oversample * refine, "queries x k x oversample x refine")
+        check_cells(len(q), k)
+        check_cells(1, k * oversample * refine, "k x oversample x refine")  # candidates are per query
         if self._core is None:
             if self._centroids is None:
                 raise RuntimeError("the index is not trained: call train() or IVFIndex.build() first")

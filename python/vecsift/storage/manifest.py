@@ -82,6 +82,8 @@ class Manifest:
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        if not d["limits"]:
+            del d["limits"]  # default limits: the manifest reads as before they existed
         return {**self.extra, **d}
 
     def replace(self, **changes) -> "Manifest":
