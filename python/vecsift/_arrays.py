@@ -76,3 +76,16 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (zero rows stay zero): cosine becomes the inner product."""
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return x / np.where(norms > 0, norms, 1).astype(np.float32)
+
+
+# Result cells (queries x k, or x candidates inside an index) one call may allocate: 12 bytes each
+# (int64 id + float32 score), so ~1.6 GB. Past it a k or batch is surely a mistake, and the native
+# allocation would fail with MemoryError or take the machine's memory.
+MAX_RESULT_CELLS = 1 << 27
+
+
+def check_cells(n_queries: int, per_query: int, what: str = "queries x k") -> None:
+    if max(n_queries, 1) * per_query > MAX_RESULT_CELLS:  # scratch of one query is sized by k too
+        from vecsift.errors import LimitError
+
+        raise LimitError(what, f"{n_queries} x {per_query}", MAX_RESULT_CELLS, "the cells one search may allocate")

@@ -66,12 +66,25 @@ def request(vectors, texts, k, mode=None, candidates=100, rrf_k=60, weights=None
         raise ValueError(f"mode={mode!r} needs text=...")
     if texts is not None and not all(isinstance(t, str) for t in texts):
         raise TypeError("text queries must be strings")
+    ef = _optional_positive(ef, "ef")
+    oversample = _optional_positive(oversample, "oversample")
     c = k
     if mode == "hybrid":
         c = check_k(candidates)
         if c < k:
             raise ValueError(f"candidates ({c}) must be >= k ({k})")
     return Request(vectors, texts, k, mode, c, rrf_k, weights, ef, oversample, threads)
+
+
+def _optional_positive(v, name: str):
+    """None, or v as a positive int (a clear TypeError / ValueError naming the argument otherwise)."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be a positive integer or None, got {type(v).__name__}")
+    if v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v}")
+    return int(v)
 
 
 @dataclass
@@ -98,22 +111,30 @@ class Lists:
     sparse: list | None = None
 
 
-def retrieve(snap, req: Request, allow, stats: SearchStats | None = None) -> Lists:
-    """Runs the retrievers of req.mode over the allowed rows of snap (dense counters into `stats`)."""
+def retrieve(snap, req: Request, allow, stats: SearchStats | None = None, deadline=None) -> Lists:
+    """Runs the retrievers of req.mode over the allowed rows of snap (dense counters into `stats`);
+    `deadline` (limits.Deadline) is checked after each stage."""
+    check = deadline.check if deadline is not None else (lambda stage: None)
     if req.mode == "dense":
-        return Lists(dense=dense_rows(snap, req.vectors, req.k, allow, req.ef, req.oversample, req.threads,
-                                      stats))
+        out = Lists(dense=dense_rows(snap, req.vectors, req.k, allow, req.ef, req.oversample, req.threads,
+                                     stats))
+        check("the dense stage")
+        return out
     c = req.candidates if req.mode == "hybrid" else req.k
     sparse = lambda: [sparse_rows(snap, t, c, allow) for t in req.texts]  # noqa: E731
     if req.mode == "sparse":
-        return Lists(sparse=sparse())
+        out = Lists(sparse=sparse())
+        check("the sparse stage")
+        return out
     if req.threads == 1 or len(req.texts) < HYBRID_PARALLEL_MIN:
         slists = sparse()
+        check("the sparse stage")
         dense = dense_rows(snap, req.vectors, c, allow, req.ef, req.oversample, req.threads, stats)
     else:  # BM25 (numba, GIL released) on a helper thread while the dense stage runs here
         pending = _pool().submit(sparse)
         dense = dense_rows(snap, req.vectors, c, allow, req.ef, req.oversample, req.threads, stats)
         slists = pending.result()
+    check("the dense stage")
     return Lists(dense=dense, sparse=slists)
 
 

@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from vecsift import _core
-from vecsift._arrays import _as_numeric_array, as_vectors, check_k, check_threads
+from vecsift._arrays import _as_numeric_array, as_vectors, check_cells, check_k, check_threads
 from vecsift.allow import bitmap_rows
 from vecsift.index.flat import check_metric
 
@@ -196,6 +196,7 @@ class HNSWIndex:
             q = queries if queries.ndim == 2 else queries.reshape(1, -1)
         else:
             q = as_vectors(queries, "queries", dim=self.dim, check_finite=False)
+        check_cells(len(q), k)
         mask = labels = None
         if allow is not None:
             if isinstance(allow, np.ndarray) and allow.dtype == np.bool_:

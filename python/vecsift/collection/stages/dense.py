@@ -133,9 +133,13 @@ class BQDense:
     @classmethod
     def load(cls, directory, entry: dict, dim: int, metric: str, params: dict, writable: bool) -> "BQDense":
         rf = RowFile.open_entry(directory, entry, "codes", "uint8", (dim + 7) // 8, writable)
-        self = cls(dim, metric, params, rf)
-        if entry["rows"]:
-            self.index.add(rf.read_all(entry["rows"], rf.crc))  # verified against the manifest
+        try:
+            self = cls(dim, metric, params, rf)
+            if entry["rows"]:
+                self.index.add(rf.read_all(entry["rows"], rf.crc))  # verified against the manifest
+        except BaseException:
+            rf.close()
+            raise
         return self
 
     @property
@@ -238,8 +242,11 @@ class HNSWDense:
     def load(cls, directory, entry, dim, metric, params, writable):
         from vecsift.index.hnsw import HNSWIndex
 
-        if entry is None:
-            return cls.create(directory, 0, dim, metric, params)
+        if entry is None:  # no rows committed yet: a new graph with the manifest's parameters
+            try:
+                return cls.create(directory, 0, dim, metric, cls.params(params))
+            except (ValueError, TypeError) as exc:
+                raise CorruptIndexError(f"MANIFEST: bad index parameters: {exc}") from None
         path = os.path.join(directory, entry["file"])
         if not os.path.exists(path):
             raise missing_file(path)
