@@ -283,9 +283,10 @@ class HNSWDense:
             stats.scanned += int(st["scanned"].sum())
         else:
             rows, scores = self.index.search(queries, k=k, ef=ef, allow=allow, threads=threads)
-        rows = np.asarray(rows, dtype=np.int64)
-        scores = np.asarray(scores, dtype=np.float32)
-        scores = np.where(rows >= 0, scores, -np.inf).astype(np.float32)
+        # The core returns int64 labels and float32 scores, -1 / -inf padding at the end of a row:
+        # re-pad only if a row is short (never expected; kept as a guard).
+        if rows.shape[1] and (rows[:, -1] < 0).any():
+            scores = np.where(rows >= 0, scores, np.float32(-np.inf)).astype(np.float32)
         return rows, scores
 
     def close(self) -> None:
