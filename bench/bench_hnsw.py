@@ -92,6 +92,12 @@ class Vecsift:
         self.index = vecsift.HNSWIndex(x.shape[1], "cosine", m=16, ef_construction=EFC, codes=self.codes)
         self.index.add(x, threads=threads)
 
+    def save(self, path):
+        self.index.save(path)
+
+    def load(self, path):
+        self.index = vecsift.HNSWIndex.load(path)
+
     def resident_per_vector(self):
         """Bytes per vector of what a walk reads (graph, labels, state): the float32 rows of codes mode,
         read only for rescoring (mapped from the file), are left out and reported apart."""
@@ -120,6 +126,7 @@ class Hnswlib:
     def build(self, x, threads):
         import hnswlib
 
+        self.dim = x.shape[1]
         self.index = hnswlib.Index("ip", x.shape[1])
         self.index.init_index(len(x), 16, EFC, 0)
         self.index.set_num_threads(threads)
@@ -127,6 +134,15 @@ class Hnswlib:
 
     def set_ef(self, ef):
         self.index.set_ef(ef)
+
+    def save(self, path):
+        self.index.save_index(path)
+
+    def load(self, path):
+        import hnswlib
+
+        self.index = hnswlib.Index("ip", self.dim)
+        self.index.load_index(path)
 
     def one(self, q):
         self.index.set_num_threads(1)
@@ -178,6 +194,17 @@ class FaissRabitq(Faiss):
 
     def set_ef(self, ef):
         self.hnsw.hnsw.efSearch = ef
+
+    def save(self, path):
+        self.faiss.write_index(self.index, path)
+
+    def load(self, path):
+        import faiss
+
+        self.faiss = faiss
+        self.index = faiss.read_index(path)  # an IndexRefineFlat (kept: a downcast proxy alone would free it)
+        self.index.k_factor = REFINE
+        self.hnsw = faiss.downcast_index(self.index.base_index)
 
 
 class Usearch:
@@ -420,6 +447,7 @@ def main():
     ap.add_argument("--refine", type=int, default=1, help="faiss-rabitq IndexRefineFlat k_factor")
     ap.add_argument("--efs", default=None, help="comma-separated ef sweep")
     ap.add_argument("--sweep-only", action="store_true", help="build + unfiltered sweep + summary only")
+    ap.add_argument("--cache", default=None, help="directory to keep built indexes in and reuse (build time kept)")
     ap.add_argument("--build-only", action="store_true",
                     help="only build times: --reps interleaved builds per library, medians")
     args = ap.parse_args()
@@ -448,10 +476,23 @@ def main():
     libs = [classes[n]() for n in args.libs.split(",")]
     builds = {}
     for lib in libs:
+        cached = None
+        if args.cache and hasattr(lib, "load"):
+            os.makedirs(args.cache, exist_ok=True)
+            cached = os.path.join(args.cache, f"{args.data}-{len(base)}-m16-efc{EFC}-{lib.name}.idx")
+            if os.path.exists(cached):
+                lib.dim = base.shape[1]
+                lib.load(cached)
+                builds[lib.name] = json.loads(Path(cached + ".json").read_text())["build_s"]
+                print(f"loaded {lib.name} from {cached} (built in {builds[lib.name]:.1f} s)", flush=True)
+                continue
         t0 = time.perf_counter()
         lib.build(base, threads=2)
         builds[lib.name] = time.perf_counter() - t0
         print(f"build {lib.name:8s} {builds[lib.name]:7.1f} s (2 threads)", flush=True)
+        if cached:
+            lib.save(cached)
+            Path(cached + ".json").write_text(json.dumps({"build_s": builds[lib.name]}))
 
     rows = sweep(libs, qs, truth, efs, reps)
     by = {lib.name: lib for lib in libs}
