@@ -243,3 +243,33 @@ def test_rescore_setting():
     assert r100 >= r10 - 1e-9 and r100 >= 0.97
     _, _, st = ix.search(qs, 10, ef=100, return_stats=True)
     assert (st["distances"] > 100).all()
+
+
+def test_search_while_adding():
+    import threading
+
+    rng = np.random.default_rng(12)
+    x = _clustered(rng, 6000, 32)
+    ix = vecsift.HNSWIndex(32, "l2", m=8, ef_construction=40, codes="int8")
+    ix.add(x[:1000])
+    errors = []
+    stop = threading.Event()
+
+    def searcher():
+        while not stop.is_set():
+            n_before = ix.label_bound
+            lab, sc = ix.search(x[:8], 5, ef=20)
+            if not ((lab >= 0) & (lab < max(n_before, ix.label_bound))).all() or not np.isfinite(sc).all():
+                errors.append(lab)
+
+    ts = [threading.Thread(target=searcher) for _ in range(2)]
+    for t in ts:
+        t.start()
+    for s in range(1000, 6000, 1000):
+        ix.add(x[s:s + 1000], threads=2)
+    stop.set()
+    for t in ts:
+        t.join(10)
+    assert not errors
+    truth, _ = vecsift.exact_search(x, x[:50], 5, "l2")
+    assert _recall(ix.search(x[:50], 5, ef=60)[0], truth) >= 0.95
