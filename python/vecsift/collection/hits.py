@@ -117,8 +117,14 @@ class HitBuilder:
             flat_rows, s = rows[qi, ci], scores[qi, ci]
             ranks = (ci + 1).tolist()
             counts = np.bincount(qi, minlength=nq).tolist()
-        dist = None if metric is None else pg_distance(s, metric).tolist()
-        hits = self.build(flat_rows, s.tolist(), dense_ranks=ranks, distances=dist)
+        slist = s.tolist()
+        if metric == "cosine":  # what pg_distance returns, on the Python floats (float64 arithmetic both)
+            dist = [1.0 - v for v in slist]
+        elif metric == "ip":
+            dist = [-v for v in slist]
+        else:
+            dist = None if metric is None else pg_distance(s, metric).tolist()
+        hits = self.build(flat_rows, slist, dense_ranks=ranks, distances=dist)
         if nq == 1:
             return [hits]
         if counts is None:
