@@ -150,3 +150,36 @@ def test_hits_for_short_result_lists(tmp_path):
     assert [[h.dense_rank for h in q] for q in out] == [[1, 2], [], [1, 2, 3]]
     assert out[2][2].score == pytest.approx(0.1)
     c.close()
+
+
+def test_hnsw_core_pads_with_minus_inf():
+    # HNSWDense.search relies on it (it no longer re-pads)
+    ix = vecsift.HNSWIndex(4, "l2")
+    ix.add(np.eye(4, dtype=np.float32))
+    ix.mark_deleted([1])
+    lab, sc = ix.search(np.ones((2, 4), np.float32), 6)
+    assert (lab[:, 3:] == -1).all() and np.isneginf(sc[:, 3:]).all() and np.isfinite(sc[:, :3]).all()
+    i8 = vecsift.HNSWIndex(4, "l2", codes="int8")
+    i8.add(np.eye(4, dtype=np.float32))
+    lab, sc = i8.search(np.ones(4, np.float32), 6, allow=np.array([0, 2]))
+    assert lab[0, 2:].tolist() == [-1] * 4 and np.isneginf(sc[0, 2:]).all()
+
+
+@pytest.mark.parametrize("metric", ["cosine", "ip", "l2"])
+def test_single_query_hits_with_padding_and_distances(tmp_path, metric):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    c = vecsift.Collection.create(tmp_path / "c", 8, metric, index="hnsw")
+    c.add([f"r{i}" for i in range(6)], x)
+    c.commit()
+    c.delete(ids=["r2"])
+    c.commit()
+    hits = c.search(vector=x[0], k=9)
+    assert len(hits) == 5 and "r2" not in [h.id for h in hits]
+    assert [h.dense_rank for h in hits] == [1, 2, 3, 4, 5]
+    from vecsift.collection.pgvocab import pg_distance
+    assert [h.distance for h in hits] == pg_distance(np.array([h.score for h in hits]), metric).tolist()
+    b = c.snapshot().hits
+    out = b.build_dense(np.array([[3, -1, 1]]), np.array([[0.5, -np.inf, 0.25]], np.float32), metric=metric)
+    assert [(h.id, h.dense_rank) for h in out[0]] == [("r3", 1), ("r1", 3)]
+    c.close()

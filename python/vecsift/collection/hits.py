@@ -57,6 +57,18 @@ class Hit:
         return asdict(self)
 
 
+def _distances(slist: list, metric):
+    """pgvector's distances of these scores (pgvocab.pg_distance), for cosine and ip on the Python
+    floats (the same float64 arithmetic, no numpy call); None without a metric."""
+    if metric == "cosine":
+        return [1.0 - v for v in slist]
+    if metric == "ip":
+        return [-v for v in slist]
+    if metric is None:
+        return None
+    return pg_distance(np.asarray(slist, np.float64), metric).tolist()
+
+
 def _dicts(n: int, cols: list) -> list:
     """Per row i, {name: values[i]} over the (name, values) columns, None values left out."""
     if len(cols) == 1:
@@ -108,7 +120,20 @@ class HitBuilder:
         nq, k = rows.shape
         if nq == 0 or k == 0:
             return [[] for _ in range(nq)]
-        if rows[:, -1].min() >= 0:  # no padding (the usual case): ranks are the positions
+        # Plain Python on the k values of one query: right after a graph walk the caches are cold and
+        # each numpy ufunc call costs ~10-20 us there (a few us warm); tolist() and list work are cheap.
+        if nq == 1:
+            rl = rows[0].tolist()
+            slist = scores[0].tolist()
+            if min(rl) >= 0:
+                flat_rows, ranks = rows[0], list(range(1, k + 1))
+            else:
+                keep = [i for i, r in enumerate(rl) if r >= 0]
+                flat_rows = np.array([rl[i] for i in keep], np.int64)
+                slist = [slist[i] for i in keep]
+                ranks = [i + 1 for i in keep]
+            return [self.build(flat_rows, slist, dense_ranks=ranks, distances=_distances(slist, metric))]
+        if rows.min() >= 0:  # no padding (the usual case): ranks are the positions
             flat_rows, s = rows.ravel(), scores.ravel()
             ranks = list(range(1, k + 1)) * nq
             counts = None
@@ -118,15 +143,7 @@ class HitBuilder:
             ranks = (ci + 1).tolist()
             counts = np.bincount(qi, minlength=nq).tolist()
         slist = s.tolist()
-        if metric == "cosine":  # what pg_distance returns, on the Python floats (float64 arithmetic both)
-            dist = [1.0 - v for v in slist]
-        elif metric == "ip":
-            dist = [-v for v in slist]
-        else:
-            dist = None if metric is None else pg_distance(s, metric).tolist()
-        hits = self.build(flat_rows, slist, dense_ranks=ranks, distances=dist)
-        if nq == 1:
-            return [hits]
+        hits = self.build(flat_rows, slist, dense_ranks=ranks, distances=_distances(slist, metric))
         if counts is None:
             return [hits[i * k:(i + 1) * k] for i in range(nq)]
         out, start = [], 0
