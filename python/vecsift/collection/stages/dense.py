@@ -288,6 +288,9 @@ class HNSWDense:
             stats.distances += int(st["distances"].sum())
             stats.hops += int(st["hops"].sum())
             stats.scanned += int(st["scanned"].sum())
+        elif allow is None and (ef is None or (type(ef) is int and ef > 0)) and type(k) is int:
+            # queries come checked (float32, C-contiguous, 2-d, the index's dim): straight to the core
+            rows, scores = self.index._g.search(queries, k, ef or 0, None, None, threads, 0, False)
         else:
             rows, scores = self.index.search(queries, k=k, ef=ef, allow=allow, threads=threads)
         # The core already returns int64 labels and float32 scores with -1 / -inf padding
