@@ -112,8 +112,8 @@ def test_recall_against_exact_random(metric):
     qs = _clustered(rng, 100, 64)
     f32 = vecsift.HNSWIndex(64, metric, m=16, ef_construction=100)
     i8 = vecsift.HNSWIndex(64, metric, m=16, ef_construction=100, codes="int8")
-    f32.add(x)
-    i8.add(x)
+    f32.add(x, threads=1)
+    i8.add(x, threads=1)
     truth, tscores = vecsift.exact_search(x, qs, 10, metric)
     lab8, sc8 = i8.search(qs, 10, ef=80)
     lab32, _ = f32.search(qs, 10, ef=80)
@@ -130,10 +130,12 @@ def test_recall_against_exact_real_minilm():
     from tests import docstring_data
 
     _, _, _, base, qs = docstring_data.load()
+    # threads=1: a reproducible graph (a 2-thread build of these 1,592 rows varies, 0.96-0.99 for
+    # float32 and int8 alike, against 0.998 built on one thread)
     ix = vecsift.HNSWIndex(base.shape[1], "cosine", m=16, ef_construction=100, codes="int8")
-    ix.add(base)
+    ix.add(base, threads=1)
     truth, _ = vecsift.exact_search(base, qs, 10, "cosine")
-    assert _recall(ix.search(qs, 10, ef=64)[0], truth) >= 0.97
+    assert _recall(ix.search(qs, 10, ef=64)[0], truth) >= 0.99
 
 
 def test_save_load_mmap_and_old_format(tmp_path):
@@ -199,7 +201,7 @@ def test_filters_deletes_and_short_results():
     x = _clustered(rng, 3000, 32)
     qs = _clustered(rng, 20, 32)
     ix = vecsift.HNSWIndex(32, "cosine", m=12, ef_construction=60, codes="int8")
-    ix.add(x)
+    ix.add(x, threads=1)
     for allowed in (np.arange(0, 3000, 2), np.arange(0, 3000, 97), np.arange(5)):
         truth, _ = vecsift.exact_search(x, qs, 10, "cosine", allow=np.isin(np.arange(3000), allowed))
         lab, _ = ix.search(qs, 10, ef=80, allow=allowed)
@@ -234,7 +236,7 @@ def test_rescore_setting():
     x = _clustered(rng, 2000, 48)
     qs = _clustered(rng, 40, 48)
     ix = vecsift.HNSWIndex(48, "cosine", m=12, ef_construction=60, codes="int8")
-    ix.add(x)
+    ix.add(x, threads=1)
     truth, _ = vecsift.exact_search(x, qs, 10, "cosine")
     ix.rescore = 10
     r10 = _recall(ix.search(qs, 10, ef=100)[0], truth)
