@@ -59,6 +59,7 @@ from vecsift.collection.stages.sparse import BM25Sparse, indexed_texts
 from vecsift.collection.writes import Staged, batch_of_add, batch_of_table, check_model, filter_keys, rows_where
 from vecsift.errors import CorruptIndexError, VecsiftError
 from vecsift.index.flat import check_metric
+from vecsift.storage import fileops
 from vecsift.storage import manifest as manifests
 from vecsift.storage.framing import FORMAT_VERSION, WriterLock, read_blob
 from vecsift.storage.checksum import value_of
@@ -66,7 +67,7 @@ from vecsift.storage.manifest import Manifest, check_payload
 from vecsift.storage.rowfile import RowFile
 from vecsift.storage.segment import read_segment
 
-_PATTERNS = ("vectors-*.f32", "codes-*.bin", "codes-*.q", "quant-*.vsq", "hnsw-*.idx", "seg-*.arrow", "filters-*.bin", "bm25-*.bin", "*.tmp")
+_PATTERNS = ("vectors-*.f32", "sums-*.bin", "codes-*.bin", "codes-*.q", "quant-*.vsq", "hnsw-*.idx", "seg-*.arrow", "filters-*.bin", "bm25-*.bin", "*.tmp")
 MODES = cascade.MODES
 
 
@@ -316,10 +317,7 @@ class Collection:
     def _remove_files(self, old, new) -> None:
         keep = self._files(new)
         for name in self._files(old) - keep:
-            try:
-                os.unlink(os.path.join(self._path, name))
-            except FileNotFoundError:
-                pass
+            fileops.unlink(os.path.join(self._path, name), missing_ok=True)
 
     def _remove_unreferenced(self) -> None:
         """Deletes what a crashed writer left behind (files no manifest names)."""
@@ -327,7 +325,7 @@ class Collection:
         for pattern in _PATTERNS:
             for p in glob.glob(os.path.join(glob.escape(self._path), pattern)):
                 if os.path.basename(p) not in keep:
-                    os.unlink(p)
+                    fileops.unlink(p, missing_ok=True)
 
     def close(self) -> None:
         """Commits (when opened for writing) and releases the writer lock."""
@@ -454,11 +452,17 @@ class Collection:
                 "has_tenants": snap.filters.has_tenants, "has_acl": snap.filters.has_acl,
                 "bytes_on_disk": disk, "bytes_in_ram": int(ram), "float32_bytes_on_disk": snap.n * m.dim * 4}
 
-    def verify(self) -> None:
-        """Reads every committed float32 row and the graph file, and checks them against the manifest."""
-        v = self._manifest.vectors
-        self._vec.verify(v["rows"], value_of(v))
-        self._dense.verify(self._path, self._manifest.dense)
+    def verify(self) -> list:
+        """Reads every file of the last commit and checks it against the manifest: float32 rows (whole-file
+        and block checksums), codes / graph, chunk segments, filters, BM25. Raises CorruptIndexError naming
+        the file (and rows); returns notes on what could not be checked (files written before a check existed)."""
+        from vecsift.storage.verify import verify_files
+
+        m = self._manifest
+        v = m.vectors
+        notes = self._vec.verify(v["rows"], value_of(v))
+        self._dense.verify(self._path, m.dense)
+        return notes + verify_files(self._path, m)
 
     # ------------------------------------------------------------------ writing
     def add(self, ids, vectors=None, texts=None, doc_ids=None, tenant=None, acl=None, metadata=None, *,

@@ -20,6 +20,7 @@ from vecsift.collection.stages.sparse import indexed_texts
 from vecsift.collection.writes import filter_keys
 from vecsift.storage.manifest import Manifest
 from vecsift.storage.rowfile import RowFile
+from vecsift.storage.rowsums import check_rows
 
 
 @dataclass
@@ -43,6 +44,7 @@ def compact_files(directory, m: Manifest, snap, old_filters: Filters, rw_lock) -
     step = max(1, (64 << 20) // (4 * dim))
     src = snap.scan_vectors  # one forward pass with read-ahead
     for s in range(0, len(keep), step):
+        check_rows(src, keep[s:s + step])  # a corrupt row is refused, not copied under a new checksum
         rows = np.asarray(src[keep[s:s + step]])
         vec.append(rows)
         dense.stage(rows)

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vecsift.collection.filters import bitmap_of, rows_of
+from vecsift.storage.rowsums import check_rows
 
 
 def get_chunks(snap, allow, ids, with_vectors: bool = False):
@@ -35,6 +36,7 @@ def get_chunks(snap, allow, ids, with_vectors: bool = False):
     if not with_vectors:
         return out
     vecs = np.full((len(ids), snap.vectors.shape[1]), np.nan, np.float32)
+    check_rows(snap.vectors, np.array([r for _, r in found.values()], np.int64))
     for j, i in enumerate(ids):
         if i in found:
             vecs[j] = snap.vectors[found[i][1]]

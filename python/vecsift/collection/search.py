@@ -21,6 +21,7 @@ from vecsift._arrays import check_k, check_threads, unit_rows
 from vecsift.collection.filters import rows_of
 from vecsift.collection.stages.dense import exact_rows
 from vecsift.index.planner import scan_exactly
+from vecsift.storage.rowsums import check_all
 
 MODES = ("dense", "sparse", "hybrid")
 # Hybrid batches at least this large run BM25 on a helper thread beside the dense stage.
@@ -194,6 +195,7 @@ def exact_all(snap, q, k, allow=None):
         q = unit_rows(q)
     if allow is None and not snap.full:
         allow = snap.live
+    check_all(snap.scan_vectors)  # block checksums of the rows read (storage/rowsums.py)
     return exact_search(snap.scan_vectors, q, k, metric, allow=allow)
 
 

@@ -28,6 +28,7 @@ from pyroaring import FrozenBitMap
 from vecsift._arrays import as_vectors, check_k
 from vecsift.collection.filters import Filters, bitmap_of, rows_of
 from vecsift.collection.hits import HitBuilder
+from vecsift.storage.rowsums import check_rows, checked
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,7 +36,8 @@ class Snapshot:
     n: int  # committed rows (deleted included)
     dim: int
     metric: str
-    vectors: np.ndarray  # memmap of the n rows, MADV_RANDOM (rescoring reads a few rows)
+    vectors: np.ndarray  # memmap of the n rows, MADV_RANDOM (rescoring reads a few rows); read rows
+    # through it only after rowsums.check_rows(vectors, rows) (a flipped byte: CorruptIndexError)
     scan_vectors: np.ndarray  # the same rows mapped MADV_SEQUENTIAL, for whole scans
     dense: object  # the dense stage (stages/dense.py)
     sparse: object  # the BM25 stage (stages/sparse.py)
@@ -61,6 +63,7 @@ class Snapshot:
         """(rows, float32 vectors) of min(n, live) live rows drawn without replacement, rows sorted."""
         live = self.rows()
         rows = np.sort(np.random.default_rng(seed).choice(live, size=min(int(n), len(live)), replace=False))
+        check_rows(self.vectors, rows)
         return rows, np.asarray(self.vectors[rows], dtype=np.float32)
 
     def _allow_minus(self, exclude):
@@ -96,5 +99,8 @@ def take_snapshot(n: int, dim: int, metric: str, rowfile, dense, sparse, filters
                   defaults: dict, lock) -> Snapshot:
     """A snapshot of the first n rows of `rowfile` and the current deletes of `filters`."""
     live = FrozenBitMap(range(n)) - filters.deleted  # frozen minus anything stays frozen
-    return Snapshot(n, dim, metric, rowfile.view(n), rowfile.view(n, sequential=True), dense, sparse, filters,
-                    live, len(live) == n, hits, dict(defaults or {}), lock)
+    scan = rowfile.view(n, sequential=True)
+    # Both mappings carry the file's block checks (storage/rowsums.py): whoever reads rows checks them first.
+    checks = rowfile.checks(n, scan)
+    return Snapshot(n, dim, metric, checked(rowfile.view(n), checks), checked(scan, checks), dense, sparse,
+                    filters, live, len(live) == n, hits, dict(defaults or {}), lock)

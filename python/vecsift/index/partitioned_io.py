@@ -22,7 +22,8 @@ import numpy as np
 from vecsift.errors import CorruptIndexError
 
 MAGIC = b"VSIFTIVF"
-VERSION = 1
+VERSION = 2      # written for RaBitQ-code indexes
+READABLE = (1, 2)  # 1: sign-bit codes (earlier releases; still written for scorer="sign")
 _PRE = struct.Struct("<8sIIII")
 _ALIGN = 4096
 _CRC_STEP = 64 << 20
@@ -40,7 +41,7 @@ def _align(x: int) -> int:
     return (x + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def write(path, meta: dict, sections: dict) -> None:
+def write(path, meta: dict, sections: dict, version: int = VERSION) -> None:
     """Writes meta and the named arrays to path (temp file, fsync, rename)."""
     path = os.fspath(path)
     table = {}
@@ -58,7 +59,7 @@ def write(path, meta: dict, sections: dict) -> None:
         raise ValueError("index header does not fit its reserved space")
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
-        f.write(_PRE.pack(MAGIC, VERSION, len(header), zlib.crc32(header) & 0xFFFFFFFF, 0))
+        f.write(_PRE.pack(MAGIC, version, len(header), zlib.crc32(header) & 0xFFFFFFFF, 0))
         f.write(header)
         for name, arr in arrays.items():
             f.seek(table[name][0])
@@ -94,8 +95,9 @@ def read(path, verify: str = "index", skip_crc=("vectors",)):
             magic, version, hlen, hcrc, _ = _PRE.unpack(pre)
             if magic != MAGIC:
                 raise CorruptIndexError(f"{path}: not a vecsift IVF index file")
-            if version != VERSION:
-                raise CorruptIndexError(f"{path}: IVF format version {version}, this vecsift reads {VERSION}")
+            if version not in READABLE:
+                raise CorruptIndexError(f"{path}: IVF format version {version}, this vecsift reads "
+                                        f"{', '.join(map(str, READABLE))}")
             header = f.read(hlen)
     except FileNotFoundError:
         raise
@@ -106,12 +108,17 @@ def read(path, verify: str = "index", skip_crc=("vectors",)):
     try:
         meta = json.loads(header)
         table = meta.pop("sections")
-    except (ValueError, KeyError):
+        meta["_version"] = version
+    except (ValueError, KeyError, TypeError):
         raise CorruptIndexError(f"{path}: header is not valid") from None
     arrays = {}
-    for name, (offset, nbytes, dtype, shape, crc) in table.items():
-        dt = np.dtype(dtype)
-        count = int(np.prod(shape)) if shape else 1
+    for name, entry in table.items():
+        try:
+            offset, nbytes, dtype, shape, crc = entry
+            dt = np.dtype(dtype)
+            count = int(np.prod(shape)) if shape else 1
+        except (TypeError, ValueError):
+            raise CorruptIndexError(f"{path}: section {name!r} is malformed") from None
         if offset < 0 or offset + nbytes > size or count * dt.itemsize != nbytes:
             raise CorruptIndexError(f"{path}: section {name!r} is truncated or malformed")
         arr = (np.memmap(path, mode="r", dtype=dt, offset=offset, shape=tuple(shape)) if nbytes

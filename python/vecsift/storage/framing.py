@@ -19,6 +19,7 @@ import os
 import struct
 
 from vecsift.errors import CorruptIndexError, VecsiftError
+from vecsift.storage import fileops
 from vecsift.storage.checksum import CRC32C, ZLIB, check, file_checksum, update, zlib_crc32
 
 MAGIC = b"VECSIFT\x01"
@@ -47,19 +48,12 @@ def missing_file(path) -> CorruptIndexError:
 
 
 def fsync_dir(path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fileops.fsync_dir(path)
 
 
 def write_durable(path, data: bytes) -> None:
     """Writes a new file and fsyncs it (the caller fsyncs the directory)."""
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    fileops.write_file(path, data)
 
 
 def _kind_bytes(kind: str) -> bytes:
@@ -116,7 +110,7 @@ def write_manifest(directory, manifest: dict) -> None:
     """The commit point: temp file, fsync, rename over MANIFEST, fsync directory."""
     tmp = os.path.join(directory, MANIFEST + ".tmp")
     write_durable(tmp, frame("manifest", json.dumps(manifest, sort_keys=True).encode()))
-    os.replace(tmp, os.path.join(directory, MANIFEST))
+    fileops.replace(tmp, os.path.join(directory, MANIFEST))
     fsync_dir(directory)
 
 

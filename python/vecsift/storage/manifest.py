@@ -51,7 +51,7 @@ class Manifest:
     created: float = 0.0
     index_heading_path: bool = False
     sparse_params: dict = field(default_factory=dict)
-    vectors: dict = field(default_factory=dict)  # {"file", "rows", "crc32c"}
+    vectors: dict = field(default_factory=dict)  # {"file", "rows", "crc32c", "blocks"?: {"file", "crc32c"}}
     dense: dict | None = None  # the dense stage's entry
     sparse: dict | None = None  # the BM25 stage's entry
     segments: list = field(default_factory=list)  # [{"file", "rows", "crc32c"}]
@@ -91,6 +91,8 @@ class Manifest:
         for entry in (self.vectors, self.filters, self.sparse):
             if entry:
                 names.add(entry["file"])
+        if self.vectors.get("blocks"):
+            names.add(self.vectors["blocks"]["file"])  # block checksums of the rows (storage/rowsums.py)
         return names
 
 

@@ -1,4 +1,4 @@
-"""The `vecsift` command: bench, tune, build, search, info.
+"""The `vecsift` command: bench, tune, build, search, info, verify.
 
 User mistakes (bad path, wrong dimension, bad option) print one line on
 stderr and exit with status 2; a traceback means a bug in vecsift.
@@ -140,12 +140,17 @@ def cmd_search(args) -> int:
 
 def cmd_info(args) -> int:
     import json
-    from vecsift.collection.collection import open as open_collection
-    coll = open_collection(args.dir, readonly=True)
-    try:
-        info = coll.info()
-    finally:
-        coll.close()
+    import os
+    if os.path.isfile(args.dir):  # a saved IVFIndex file: parameters and partition balance
+        from vecsift.index.partitioned import describe
+        info = describe(args.dir)
+    else:
+        from vecsift.collection.collection import open as open_collection
+        coll = open_collection(args.dir, readonly=True)
+        try:
+            info = coll.info()
+        finally:
+            coll.close()
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
@@ -154,7 +159,50 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_verify(args) -> int:
+    """Opens the collection read-only and reads every file of its last commit against the manifest.
+    Exit 0: everything checked matched (notes say what could not be checked); 1: a file is corrupt."""
+    from vecsift.collection.collection import open as open_collection
+    from vecsift.errors import CorruptIndexError
+    try:
+        coll = open_collection(args.dir, readonly=True)
+        try:
+            notes = coll.verify()
+        finally:
+            coll.close()
+    except CorruptIndexError as exc:
+        print(f"{args.dir}: CORRUPT: {exc}")
+        return 1
+    for note in notes:
+        print(f"{args.dir}: not checked: {note}")
+    print(f"{args.dir}: ok (generation {coll.manifest.generation}, {len(notes)} note(s))")
+    return 0
+
+
+def _tune_ivf(args) -> int:
+    import numpy as np
+    from vecsift.index.partitioned import IVFIndex, tuning_queries
+    from vecsift.tools.tune import tune
+    rows = np.load(args.vectors, mmap_mode="r") if args.vectors else None
+    index = IVFIndex.open(args.dir, vectors=rows)
+    q, truth = tuning_queries(index, k=args.k, sample=args.sample, seed=args.seed,
+                              queries=np.load(args.queries) if args.queries else None)
+    result = tune(lambda p: index.search(q, args.k, nprobe=p)[0], truth, args.k, args.target_recall, 1, index.nlist)
+    print(f"{'nprobe':>10} {'recall@' + str(args.k):>10} {'lower 95%':>10}")
+    for param, mean, low in sorted(result.curve):
+        print(f"{param:>10} {mean:>10.4f} {low:>10.4f}")
+    if result.param is None:
+        raise ValueError(f"no nprobe up to {index.nlist} reaches recall {args.target_recall}")
+    index.nprobe = result.param
+    index.save(args.dir, include_vectors=rows is None)  # new file, renamed over the old one
+    print(f"chosen nprobe={result.param} (stored as the index's default)")
+    return 0
+
+
 def cmd_tune(args) -> int:
+    import os
+    if os.path.isfile(args.dir):
+        return _tune_ivf(args)
     from vecsift.collection.collection import open as open_collection
     from vecsift.tools.tune_collection import tune_collection
     coll = open_collection(args.dir)
@@ -197,8 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=cmd_bench)
 
-    t = sub.add_parser("tune", help="find the smallest ef / oversample reaching a recall target")
-    t.add_argument("dir", help="collection directory")
+    t = sub.add_parser("tune", help="find the smallest ef / oversample (IVF file: nprobe) reaching a recall target")
+    t.add_argument("dir", help="collection directory, or a saved IVFIndex file (tunes nprobe)")
+    t.add_argument("--vectors", default=None, help="IVF file saved without rows: the float32 rows (.npy)")
     t.add_argument("--target-recall", type=float, default=0.95)
     t.add_argument("--k", type=int, default=10)
     t.add_argument("--sample", type=int, default=500, help="collection rows used as queries")
@@ -233,10 +282,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_search)
 
-    i = sub.add_parser("info", help="print a collection's manifest summary")
-    i.add_argument("dir")
+    i = sub.add_parser("info", help="print a collection's manifest summary (IVF file: lists and balance)")
+    i.add_argument("dir", help="collection directory, or a saved IVFIndex file")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_info)
+
+    v = sub.add_parser("verify", help="read every file of a collection and check it against the manifest")
+    v.add_argument("dir")
+    v.set_defaults(func=cmd_verify)
 
     from vecsift.tools.cli_pg import add_pg_commands  # import-pg, sync-pg
     add_pg_commands(sub)

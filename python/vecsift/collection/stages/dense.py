@@ -24,15 +24,18 @@ int8 codes and rescores its best candidates from float32 rows kept in the graph 
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
 from vecsift import _core
 from vecsift.index.binary import BinaryIndex
 from vecsift.errors import CorruptIndexError
-from vecsift.storage.checksum import ZLIB, file_checksum
+from vecsift.storage.checksum import CRC32C, ZLIB, file_checksum, update, value_of
+from vecsift.storage import fileops
 from vecsift.storage.framing import missing_file
 from vecsift.storage.rowfile import RowFile
+from vecsift.storage.rowsums import check_rows
 
 # Chosen by measurement (bench/bench_collection.py, 100k PyPI summaries
 # embedded with all-MiniLM-L6-v2, 1k held-out queries): the smallest power of
@@ -60,12 +63,14 @@ def _pad(nq, k, top_r, top_s):
 def rescore(vectors: np.ndarray, queries: np.ndarray, cand: np.ndarray, k: int, metric: str):
     """Exact top-k among each query's own candidate rows (-1 = none), read from `vectors` (a memmap).
 
-    Only the candidates' rows are read (one gather per block of queries).
+    Only the candidates' rows are read (one gather per block of queries), after their blocks' checksums
+    (storage/rowsums.py: a flipped byte raises CorruptIndexError, never a different score).
     Returns (rows int64 (nq, k), scores float32 (nq, k)), ties to the smaller row.
     """
     nq, c = cand.shape
     if c == 0 or nq == 0:
         return _pad(nq, k, np.empty((nq, 0), np.int64), np.empty((nq, 0), np.float32))
+    check_rows(vectors, cand)
     d = vectors.shape[1]
     block = max(1, min(nq, (32 << 20) // max(1, c * d * 4)))
     parts_r, parts_s = [], []
@@ -88,11 +93,12 @@ def rescore(vectors: np.ndarray, queries: np.ndarray, cand: np.ndarray, k: int, 
 def exact_rows(vectors: np.ndarray, queries: np.ndarray, rows: np.ndarray, k: int, metric: str, threads: int = 0):
     """Exact top-k of every query over the same (sorted) rows, in the native scan.
 
-    The core gathers only those rows from `vectors` (a memmap) into its panels;
-    vectors were checked when added, so they are not checked again here.
+    The core gathers only those rows from `vectors` (a memmap) into its panels, once their blocks'
+    checksums matched (values were checked for finiteness when added).
     Cosine rows and queries are unit length already: cosine is the inner product.
     """
     from vecsift import _core
+    check_rows(vectors, rows)
     ids = np.ascontiguousarray(rows, dtype=np.int64)
     return _core.exact_search(vectors, np.ascontiguousarray(queries, dtype=np.float32), k,
                               "l2" if metric == "l2" else "ip", None, ids, threads)
@@ -156,7 +162,8 @@ class BQDense:
         return [entry["file"]]
 
     def verify(self, directory, entry) -> None:
-        """The codes were checked against the manifest when read into RAM at open."""
+        """Re-reads the codes (checked when read into RAM at open; verify checks what is on disk now)."""
+        self.codes.verify(entry["rows"], value_of(entry))
 
     def search(self, vectors, queries, k, allow, n_allowed, ef=None, oversample=None, threads=0, stats=None):
         c = k * int(oversample if oversample is not None else self.oversample)
@@ -180,6 +187,31 @@ class HNSWDense:
         self.lock = None
         self.growing = False
         self.entry = None  # manifest entry of the saved graph
+        self._unchecked = None  # (path, fd) of a mapped graph not yet read in full
+        self._check_lock = threading.Lock()
+
+    def _check_graph(self) -> None:
+        """A reader maps the graph and checks only its header and small sections at open, so a flipped
+        vector or link would change results silently. Before the first walk the whole file is read once
+        and checked against the manifest (the search pays it, not the open; a writer loaded it verified).
+        It is read through the descriptor taken at open: a writer may have replaced the name since."""
+        with self._check_lock:
+            if self._unchecked is None:
+                return
+            path, fd = self._unchecked
+            algo = CRC32C if CRC32C in self.entry else ZLIB
+            start = 128 if algo == CRC32C else 0  # the graph's CRC-32C covers what follows its header
+            value, off = 0, start
+            while True:
+                piece = os.pread(fd, 8 << 20, off)
+                if not piece:
+                    break
+                value = update(algo, piece, value)
+                off += len(piece)
+            if value != self.entry[algo]:
+                raise CorruptIndexError(f"{path}: checksum does not match the manifest")
+            self._unchecked = None
+            os.close(fd)
 
     @staticmethod
     def params(params: dict) -> dict:
@@ -228,6 +260,8 @@ class HNSWDense:
             raise CorruptIndexError(f"{path}: checksum does not match the manifest")
         self = cls(index)
         self.entry = dict(entry)
+        if not writable:
+            self._unchecked = (path, os.open(path, os.O_RDONLY))  # read in full before the first walk
         if params.get("ef_search"):
             self.index.ef_search = int(params["ef_search"])
         return self
@@ -255,7 +289,7 @@ class HNSWDense:
             self.index.add(np.ascontiguousarray(vectors[n0:]), ids=np.arange(n0, len(vectors), dtype=np.uint64))
         name = f"hnsw-{gen}.idx"
         path = os.path.join(directory, name)
-        self.index.save(path)  # temp file, fsync, rename (HNSWIndex.save)
+        fileops.write_via(path, self.index.save)  # one whole-file write at the seam: temp, fsync, rename
         self.entry = {"file": name, "crc32c": self.index.file_crc}  # computed while writing: no re-read
         return self.entry
 
@@ -282,6 +316,8 @@ class HNSWDense:
         return [entry["file"]] if entry else []
 
     def search(self, vectors, queries, k, allow, n_allowed, ef=None, oversample=None, threads=0, stats=None):
+        if self._unchecked is not None:
+            self._check_graph()
         if stats is not None:
             rows, scores, st = self.index.search(queries, k=k, ef=ef, allow=allow, threads=threads,
                                                  return_stats=True)
@@ -300,7 +336,10 @@ class HNSWDense:
         return rows, scores
 
     def close(self) -> None:
-        pass
+        with self._check_lock:
+            if self._unchecked is not None:
+                os.close(self._unchecked[1])
+                self._unchecked = None
 
 
 class BQKind:

@@ -24,7 +24,8 @@ import numpy as np
 
 from vecsift.errors import CorruptIndexError
 from vecsift.index.quantised import SUPPORTED_BITS, QuantizedIndex, default_query_bits
-from vecsift.storage.checksum import file_checksum
+from vecsift.storage.checksum import file_checksum, value_of
+from vecsift.storage import fileops
 from vecsift.storage.framing import missing_file
 from vecsift.storage.rowfile import RowFile
 
@@ -136,9 +137,11 @@ class QuantBQDense:
         return path
 
     def verify(self, directory, entry) -> None:
-        """The codes were checked against the manifest when read into RAM at open; the model is re-read."""
+        """Re-reads the codes (checked when read into RAM at open) and the model against the manifest."""
         if entry and entry.get("model"):
             self._check_model(directory, entry)
+        if entry:
+            self.codes.verify(entry["rows"], value_of(entry))
 
     def _publish_rows(self, rows: np.ndarray) -> None:
         cb = self.index.code_bytes
@@ -162,7 +165,7 @@ class QuantBQDense:
         if self.model is None and self.index.trained:
             name = f"quant-{gen}.vsq"
             path = os.path.join(directory, name)
-            self.index.save(path, rows=False)
+            fileops.write_via(path, lambda tmp: self.index.save(tmp, rows=False))  # the crash-test seam
             self.model = {"model": name, "model_crc32c": file_checksum(path)}
         entry = {"codes": CODES_FORMAT, **self.codes.entry()}
         entry.update(self.model or {"model": None, "model_crc32c": 0})

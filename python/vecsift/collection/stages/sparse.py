@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vecsift.collection.ingest import HEADING_SEP  # noqa: F401 - documented separator of heading paths
+from vecsift.storage import fileops
 from vecsift.storage.checksum import CRC32C, check, file_checksum
 from vecsift.storage.framing import missing_file
 
@@ -83,7 +84,7 @@ class BM25Sparse:
             return self.entry
         name = f"bm25-{gen}.bin"
         path = os.path.join(directory, name)
-        self.index.save(path)  # written and fsynced; the manifest makes it live
+        fileops.write_via(path, self.index.save)  # written, fsynced, renamed in; the manifest makes it live
         self.entry = {"file": name, CRC32C: file_checksum(path)}
         self.changed = False
         return self.entry

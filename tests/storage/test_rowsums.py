@@ -1,0 +1,145 @@
+"""Block checksums of float32 rows: kept incrementally, checked on first read, read in full by verify()."""
+import os
+import shutil
+import threading
+
+import numpy as np
+import pytest
+
+import vecsift
+from vecsift.storage import rowsums
+from vecsift.storage.checksum import crc32c
+from vecsift.tools.cli import main as cli
+
+OLD = os.path.join(os.path.dirname(__file__), "..", "data", "old_format")
+DIM = 96  # 384-byte rows: rows straddle the 64 KiB blocks
+
+
+def test_incremental_sums_equal_sums_of_the_whole_region():
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 256, 300_000, dtype=np.uint8).tobytes()
+    s, pos = rowsums.Sums(), 0
+    for n in (1, 65535, 2, 70_000, 0, 131_072, 33_390):
+        s.update(data[pos:pos + n])
+        pos += n
+    assert pos == len(data)
+    want = [crc32c(data[i:i + rowsums.BLOCK_BYTES]) for i in range(0, len(data), rowsums.BLOCK_BYTES)]
+    assert s.table().tolist() == want
+    again = rowsums.sums_from_bytes(s.to_bytes(), len(data), "x")  # round trip, then continue
+    again.update(b"tail")
+    s.update(b"tail")
+    assert again.table().tolist() == s.table().tolist()
+    with pytest.raises(vecsift.CorruptIndexError, match="cover"):
+        rowsums.sums_from_bytes(s.to_bytes(), 12, "x")
+
+
+def make(path, n=3000, seed=0):
+    x = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    c = vecsift.Collection.create(path, dim=DIM, metric="l2", index="bq")
+    c.add([str(i) for i in range(n)], x)
+    c.commit()
+    return c, x
+
+
+def flip(path, row, col=3):
+    with open(path, "r+b") as f:
+        off = 64 + row * DIM * 4 + col * 4
+        f.seek(off)
+        b = f.read(1)[0]
+        f.seek(off)
+        f.write(bytes([b ^ 0x10]))
+
+
+def test_flipped_byte_is_refused_naming_file_and_rows(tmp_path):
+    c, x = make(tmp_path / "c")
+    c.close()
+    flip(tmp_path / "c" / "vectors-0.f32", 1000)
+    r = vecsift.open(tmp_path / "c", readonly=True)
+    block = 1000 * DIM * 4 // rowsums.BLOCK_BYTES
+    first = block * rowsums.BLOCK_BYTES // (DIM * 4)
+    with pytest.raises(vecsift.CorruptIndexError, match=rf"vectors-0.f32: rows {first}\.\.\d+ fail"):
+        r.search(x[1000], k=5)  # rescoring reads row 1000
+    with pytest.raises(vecsift.CorruptIndexError, match="vectors-0.f32"):
+        r.get(["1000"], with_vectors=True)
+    # rows of intact blocks are still served
+    _, v = r.get(["5"], with_vectors=True)
+    assert np.array_equal(v[0], x[5])
+    with pytest.raises(vecsift.CorruptIndexError, match="fail their block checksum"):
+        r.verify()
+    assert cli(["verify", str(tmp_path / "c")]) == 1
+    r.close()
+
+
+def test_writer_reopen_continues_the_sums(tmp_path):
+    c, x = make(tmp_path / "c", n=500)
+    c.close()
+    w = vecsift.open(tmp_path / "c")
+    y = np.random.default_rng(1).standard_normal((900, DIM)).astype(np.float32)
+    w.add([f"y{i}" for i in range(900)], y)
+    w.commit()
+    w.delete(ids=["3"])
+    w.commit()  # a commit of deletes only keeps the sums file
+    assert w.verify() == []
+    w.close()
+    names = [n for n in os.listdir(tmp_path / "c") if n.startswith("sums-")]
+    assert names == ["sums-vectors-0-1400.bin"]
+    flip(tmp_path / "c" / "vectors-0.f32", 1300)
+    r = vecsift.open(tmp_path / "c", readonly=True)
+    with pytest.raises(vecsift.CorruptIndexError, match="vectors-0.f32: rows"):
+        r.search(y[800], k=3)
+    r.close()
+
+
+def test_compaction_refuses_to_copy_a_corrupt_row(tmp_path):
+    c, x = make(tmp_path / "c")
+    c.delete(ids=["0"])
+    c.commit()
+    flip(tmp_path / "c" / "vectors-0.f32", 2000)  # the writer's mapping sees the page cache
+    with pytest.raises(vecsift.CorruptIndexError, match="vectors-0.f32"):
+        c.compact()
+    assert c.manifest.generation == 2  # nothing committed
+    c.close()
+
+
+def test_checks_from_many_threads(tmp_path):
+    c, x = make(tmp_path / "c", n=4000)
+    snap = c.snapshot()
+    checks = snap.vectors.checks
+    assert checks is not None and checks.left == len(checks.crcs) > 2
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(50):
+                rowsums.check_rows(snap.vectors, rng.integers(0, 4000, 30))
+        except Exception as exc:  # pragma: no cover - the failure is reported below
+            errors.append(exc)
+
+    ts = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    rowsums.check_all(snap.vectors)
+    assert checks.done
+    # a new commit inherits the blocks it did not change; slices carry no checks (their rows are renumbered)
+    c.add(["new"], x[:1])
+    c.commit()
+    new = c.snapshot().vectors.checks
+    assert new is not checks and new.left == 1
+    assert getattr(snap.vectors[10:], "checks", None) is None
+    c.close()
+
+
+def test_collections_written_before_block_sums_open_search_and_say_so(tmp_path):
+    for kind in ("bq", "hnsw"):
+        shutil.copytree(os.path.join(OLD, kind), tmp_path / kind)
+        r = vecsift.open(tmp_path / kind, readonly=True)
+        assert getattr(r.snapshot().vectors, "checks", None) is None
+        assert len(r.search(np.ones(r.dim, np.float32), k=3, tenant="t1")) == 3
+        notes = r.verify()
+        assert len(notes) == 1 and "no block checksums" in notes[0]
+        r.close()
+        assert cli(["verify", str(tmp_path / kind)]) == 0
