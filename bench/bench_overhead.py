@@ -8,10 +8,11 @@ rows 100,000.. the queries). Two collections are built once and kept under
 as in bench_pgvector.py), the same with codes="int8" (hnsw-int8) and index="bq"
 (the default quantised codes).
 
-One query per call, every variant on every query, the mean microseconds of a
-call. Default (--repeat 1, "cold", as a service sees it): query i goes to
-variant (i + pass) mod V over V passes, so consecutive calls are different
-queries and no variant runs on a graph another one just warmed. --repeat R:
+One query per call, every variant on every query. Default (--repeat 1, "cold",
+as a service sees it): query i goes to variant (i + pass) mod V over V passes,
+so consecutive calls are different queries and no variant runs on a graph
+another one just warmed; the median microseconds of a call, wall and CPU time
+(process time: one thread except index_all_cores). --repeat R:
 "warm", each variant answers each query R times in a row and the fastest call
 counts (the order rotating from query to query); --reps passes.
 
@@ -108,17 +109,21 @@ def run(kind, coll, qs, k, ef, reps, repeat=5):
     clock, cclock = time.perf_counter, time.process_time
     order = list(fns.items())
     best = {name: [] for name in fns}
+    cpu = {name: [] for name in fns}
     clock = time.perf_counter
     if repeat <= 1:
         # Cold, as a service sees it: query i goes to variant (i + pass) mod V, so consecutive calls
         # are different queries (no variant finds the graph warmed by another), and over V passes every
         # variant answers every query once. Mean microseconds of a call.
+        cclock = time.process_time
         for p in range(len(order)):
             for i, q in enumerate(qs):
                 name, fn = order[(i + p) % len(order)]
-                t0 = clock()
+                c0, t0 = cclock(), clock()
                 fn(q)
-                best[name].append(clock() - t0)
+                t1, c1 = clock(), cclock()
+                best[name].append(t1 - t0)
+                cpu[name].append(c1 - c0)
     else:
         for _ in range(reps):
             for i, q in enumerate(qs):
@@ -132,9 +137,15 @@ def run(kind, coll, qs, k, ef, reps, repeat=5):
                         fn(q)
                         ts.append(clock() - t0)
                     best[name].append(min(ts))
-    med = {name: 1e6 * float(np.mean(c)) for name, c in best.items()}
+    if repeat <= 1:  # medians: robust to the load spikes of a shared machine
+        cmed = {name: 1e6 * float(np.median(c)) for name, c in cpu.items()}
+        print(f"{kind:9s} cpu " + "  ".join(f"{name} {us:7.1f} us ({us / cmed['index']:4.2f}x)"
+                                            for name, us in cmed.items()), flush=True)
+        med = {name: 1e6 * float(np.median(c)) for name, c in best.items()}
+    else:
+        med = {name: 1e6 * float(np.mean(c)) for name, c in best.items()}
     base = med["index"]
-    print(f"{kind:9s} " + "  ".join(f"{name} {us:7.1f} us ({us / base:4.2f}x)" for name, us in med.items()),
+    print(f"{kind:9s} wall " + "  ".join(f"{name} {us:7.1f} us ({us / base:4.2f}x)" for name, us in med.items()),
           flush=True)
     return med
 
@@ -154,7 +165,7 @@ def main():
     qs = [queries[i] for i in range(min(a.queries, len(queries)))]
     print(f"{platform.processor() or platform.machine()} cpus={os.cpu_count()} n={a.n} dim={base.shape[1]} "
           f"k={a.k} ef={a.ef} queries={len(qs)} reps={a.reps} repeat={a.repeat}; one query per call, "
-          f"mean us a call ({'cold: consecutive calls are different queries' if a.repeat <= 1 else 'warm: fastest of repeat'}); "
+          f"us a call ({'cold: consecutive calls are different queries, medians' if a.repeat <= 1 else 'warm: mean of the fastest of repeat'}); "
           f"ratio to the wrapped index", flush=True)
     for kind in a.kinds.split(","):
         coll = collection(os.path.join(a.cache, f"{kind}-{a.n}"), kind, base)
