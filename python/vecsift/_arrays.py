@@ -88,7 +88,6 @@ def unit_rows(x: np.ndarray) -> np.ndarray:
     return x / norms[:, None]
 
 
-
 # Result cells (queries x k, or x candidates inside an index) one call may allocate: 12 bytes each
 # (int64 id + float32 score), so ~1.6 GB. Past it a k or batch is surely a mistake, and the native
 # allocation would fail with MemoryError or take the machine's memory.
