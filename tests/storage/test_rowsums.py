@@ -143,3 +143,22 @@ def test_collections_written_before_block_sums_open_search_and_say_so(tmp_path):
         assert len(notes) == 1 and "no block checksums" in notes[0]
         r.close()
         assert cli(["verify", str(tmp_path / kind)]) == 0
+
+
+def test_rows_wider_than_a_block_check_every_block_they_touch():
+    rb, n = 100_000, 12  # each row spans two or three 64 KiB blocks
+    data = np.random.default_rng(2).integers(0, 256, rb * n, dtype=np.uint8)
+    s = rowsums.Sums()
+    s.update(data)
+    bad = data.copy()
+    bad[5 * rb + 70_000] ^= 1  # row 5, in block (5 * rb + 70_000) // 64 KiB
+    for rows, refused in (([4], False), ([6], False), ([5], True), ([-1, 3, 5], True)):
+        c = rowsums.Checks("f", bad, rb, s)
+        if refused:
+            with pytest.raises(vecsift.CorruptIndexError, match="rows 5..5"):
+                c.rows(np.array(rows))
+        else:
+            c.rows(np.array(rows))
+            r = rows[0]
+            want = set(range(r * rb // rowsums.BLOCK_BYTES, ((r + 1) * rb - 1) // rowsums.BLOCK_BYTES + 1))
+            assert set(np.flatnonzero(c.verified)) == want
