@@ -4,15 +4,22 @@
 
 Data: the PyPI MiniLM set (384-d, real summaries as texts) from /work/shared/data/pypi-minilm.
 One Ray node (ray.init, num_cpus=2) on this 2-core machine. Measured in one run, interleaved
-per query (local Collection, sharded search, trivial actor call), medians:
+per query (local Collection, sharded search, trivial actor calls), medians:
 
   overhead   = p50(3-shard search) - p50(the same search on one local Collection of all rows)
   round trip = p50(ray.get(actor.noop.remote())) on an actor made like the shard actors
   bar        : overhead <= 1.5 x round trip
+  floor      = p50(ray.get([a.noop.remote() for a in 3 such actors])): a trivial 3-actor
+               fan-out, what any 3-shard search pays before a shard does any work; and the same
+               fan-out carrying a search's request and answer bytes (Ray's cost for the payload)
 
-then throughput (4 client threads, and one 200-query batch) with 1, 2, 3 shards, then
-`--kills` rounds of add / commit while a random shard's process is SIGKILLed at a random
-moment, counting committed rows missing afterwards.
+then the CPU time each kind of call costs, summed over every process of the Ray session (driver,
+raylet, GCS, workers; from /proc through psutil), with the cores the machine gave us meanwhile
+(CPU / wall), because on 2 shared cores a fan-out's latency is its CPU time; then throughput
+(4 client threads, and one 200-query batch) with 1, 2, 3 shards and of trivial fan-outs to 1-3
+actors; then `--kills` rounds of add / commit while a random shard's process is SIGKILLed at a
+random moment, counting committed rows missing afterwards. The load average is printed per
+section: the machine is shared.
 """
 from __future__ import annotations
 
@@ -46,6 +53,25 @@ def pct(ts, p):
     return float(np.percentile(np.asarray(ts) * 1e3, p))
 
 
+def loadavg():
+    return "load average %.2f %.2f %.2f" % os.getloadavg()
+
+
+def session_cpu():
+    """CPU seconds (user + system) used so far by this process and every process under it."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for p in [me] + me.children(recursive=True):
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=30000)
@@ -73,13 +99,19 @@ def main():
     local.commit()
     print(f"local collection built in {time.perf_counter() - t:.1f} s")
 
-    @ray.remote(num_cpus=0)
+    from vecsift.distributed.gather import request
+
+    @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)  # as the shard actors are made
     class Noop:
         def noop(self):
             return None
 
+        def echo(self, req, answer):
+            return answer
+
     noop = Noop.remote()
-    ray.get(noop.noop.remote())
+    fan = [Noop.remote() for _ in range(3)]
+    ray.get([a.noop.remote() for a in [noop] + fan])
     shards = {}
     for n in (1, 2, 3):
         t = time.perf_counter()
@@ -89,48 +121,85 @@ def main():
         shards[n] = sc
         print(f"{n}-shard collection built in {time.perf_counter() - t:.1f} s")
     sc3 = shards[3]
+    # a 3-shard search's request and one shard's answer, as bytes of the sizes it sends
+    scope = {"tenant": None, "groups": None, "where": None}
+    req = request("search", sc3.generation, q[:1], None, 10, scope, {"threads": 1})
+    answer = ray.get(sc3.primary(0).call.remote(req))
+    print(f"wire: request {len(req)} B, one shard's answer {len(answer)} B (10 hits as columns)")
+
+    calls = {
+        "local Collection": lambda v: local.search(v, k=10),
+        "3-shard search": lambda v: sc3.search(v, k=10),
+        "trivial actor call": lambda v: ray.get(noop.noop.remote()),
+        "trivial 3-actor fan-out": lambda v: ray.get([a.noop.remote() for a in fan]),
+        "3-actor fan-out, search's bytes": lambda v: ray.get([a.echo.remote(req, answer) for a in fan]),
+    }
 
     # ---- overhead, interleaved per query
+    print(f"\n{loadavg()}")
     for qi in range(20):  # warm-up
-        local.search(q[qi], k=10), sc3.search(q[qi], k=10), ray.get(noop.noop.remote())
-    loc, shd, rt, ok = [], [], [], 0
+        for fn in calls.values():
+            fn(q[qi % len(q)])
+    times = {name: [] for name in calls}
+    ok = 0
     for rep in range(3):
         for i in range(len(q)):
-            t0 = time.perf_counter()
-            a = local.search(q[i], k=10)
-            t1 = time.perf_counter()
-            b = sc3.search(q[i], k=10)
-            t2 = time.perf_counter()
-            ray.get(noop.noop.remote())
-            t3 = time.perf_counter()
-            loc.append(t1 - t0)
-            shd.append(t2 - t1)
-            rt.append(t3 - t2)
-            ok += [h.id for h in a] == [h.id for h in b]
-    over = pct(shd, 50) - pct(loc, 50)
-    print(f"\ndense k=10, one query a call ({len(loc)} calls each, interleaved):")
-    print(f"  local Collection    p50 {pct(loc, 50):.3f} ms  p99 {pct(loc, 99):.3f} ms")
-    print(f"  3-shard search      p50 {pct(shd, 50):.3f} ms  p99 {pct(shd, 99):.3f} ms")
-    print(f"  trivial actor call  p50 {pct(rt, 50):.3f} ms  p99 {pct(rt, 99):.3f} ms")
-    print(f"  overhead p50 {over:.3f} ms = {over / pct(rt, 50):.2f} x the round trip (bar <= 1.5); "
-          f"same top-10 as local in {ok}/{len(loc)}")
+            for name, fn in calls.items():
+                t0 = time.perf_counter()
+                r = fn(q[i])
+                times[name].append(time.perf_counter() - t0)
+                if name == "local Collection":
+                    want = [h.id for h in r]
+                elif name == "3-shard search":
+                    ok += [h.id for h in r] == want
+    p50 = {name: pct(t, 50) for name, t in times.items()}
+    rt = p50["trivial actor call"]
+    over = p50["3-shard search"] - p50["local Collection"]
+    print(f"dense k=10, one query a call ({len(times['local Collection'])} calls each, interleaved per query):")
+    for name, t in times.items():
+        print(f"  {name:32s} p50 {pct(t, 50):6.3f} ms  p99 {pct(t, 99):6.3f} ms  ({pct(t, 50) / rt:.2f} x round trip)")
+    print(f"  overhead p50 {over:.3f} ms = {over / rt:.2f} x the round trip (bar <= 1.5); "
+          f"same top-10 as local in {ok}/{len(times['local Collection'])}")
+    floor = p50["trivial 3-actor fan-out"]
+    carried = p50["3-actor fan-out, search's bytes"]
+    print(f"  the trivial 3-actor fan-out alone is {floor / rt:.2f} x the round trip; the 3-shard search is "
+          f"{p50['3-shard search'] - floor:.3f} ms above it ({p50['3-shard search'] - carried:.3f} ms "
+          f"above the fan-out carrying its bytes), the local search takes {p50['local Collection']:.3f} ms")
+    print(f"{loadavg()}")
+
+    # ---- CPU per call, summed over every process of the Ray session
+    print("\nCPU per call, all processes of the session (blocks of 600 calls; cores = CPU / wall):")
+    cpu = {}
+    more = {"1-shard search": lambda v: shards[1].search(v, k=10), "2-shard search": lambda v: shards[2].search(v, k=10)}
+    for name, fn in dict(calls, **more).items():
+        c0, w0 = session_cpu(), time.perf_counter()
+        for i in range(600):
+            fn(q[i % len(q)])
+        c1, w1 = session_cpu(), time.perf_counter()
+        cpu[name] = (c1 - c0) / 600 * 1e3
+        print(f"  {name:32s} CPU {cpu[name]:6.3f} ms, wall {(w1 - w0) / 600 * 1e3:6.3f} ms, "
+              f"cores {(c1 - c0) / (w1 - w0):.2f}")
+    print(f"{loadavg()}")
 
     # sparse: the first search of a text gathers statistics (two rounds), a repeat is cached (one)
     loc_s, cold, warm, rt_s = [], [], [], []
+    same = 0
     for i in range(len(qtexts)):
         t0 = time.perf_counter()
-        local.search(text=qtexts[i], k=10)
+        a = local.search(text=qtexts[i], k=10)
         t1 = time.perf_counter()
         sc3.search(text=qtexts[i], k=10)
         t2 = time.perf_counter()
-        sc3.search(text=qtexts[i], k=10)
+        b = sc3.search(text=qtexts[i], k=10)
         t3 = time.perf_counter()
         ray.get(noop.noop.remote())
         t4 = time.perf_counter()
         loc_s.append(t1 - t0), cold.append(t2 - t1), warm.append(t3 - t2), rt_s.append(t4 - t3)
+        same += [h.score for h in a] == [h.score for h in b]
     print(f"\nBM25 k=10 ({len(qtexts)} texts): local p50 {pct(loc_s, 50):.3f} ms; 3-shard first search "
           f"(statistics + search) p50 {pct(cold, 50):.3f} ms, repeat (statistics cached) p50 {pct(warm, 50):.3f} ms;"
-          f" round trip p50 {pct(rt_s, 50):.3f} ms; overhead of the repeat {pct(warm, 50) - pct(loc_s, 50):.3f} ms")
+          f" round trip p50 {pct(rt_s, 50):.3f} ms; overhead of the repeat {pct(warm, 50) - pct(loc_s, 50):.3f} ms; "
+          f"top-10 scores identical to local in {same}/{len(qtexts)}")
 
     # ---- throughput
     def clients(fn, seconds, threads=4):
@@ -153,13 +222,21 @@ def main():
             th.join()
         return sum(count) / (time.perf_counter() - t0)
 
-    print("\nthroughput (dense k=10): 4 client threads one query a call | one 200-query search_batch")
+    print(f"\n{loadavg()}")
+    print("throughput (dense k=10): 4 client threads one query a call | one 200-query search_batch | "
+          f"the CPU bound: {os.cpu_count()} cores / CPU per search")
+    cpu_of = {"local": "local Collection", "1 shard(s)": "1-shard search", "2 shard(s)": "2-shard search",
+              "3 shard(s)": "3-shard search"}
     for name, target in [("local", local)] + [(f"{n} shard(s)", shards[n]) for n in (1, 2, 3)]:
         qps = clients(lambda v, c=target: c.search(v, k=10), args.seconds)
         t0 = time.perf_counter()
         target.search_batch(q, k=10)
         bq = len(q) / (time.perf_counter() - t0)
-        print(f"  {name:12s} {qps:8.0f} q/s | {bq:8.0f} q/s")
+        print(f"  {name:12s} {qps:8.0f} q/s | {bq:8.0f} q/s | {os.cpu_count() / cpu[cpu_of[name]] * 1e3:8.0f} q/s")
+    for n in (1, 2, 3):
+        qps = clients(lambda v, a=fan[:n]: ray.get([x.noop.remote() for x in a]), args.seconds)
+        print(f"  trivial fan-out to {n} actor(s) {qps:8.0f} calls/s (the ceiling for {n} shard(s))")
+    print(f"{loadavg()}")
     for n in (1, 2):
         shards[n].close()
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import os
 import platform
 import subprocess
@@ -38,7 +39,7 @@ import vecsift
 from vecsift.eval import recall_at_k
 
 REAL = Path(os.environ.get("VECSIFT_MINILM", "/work/shared/data/pypi-minilm/vectors.f16.npy"))
-WORK = Path(os.environ.get("VECSIFT_SCALE_DIR", "/tmp/vecsift-scale"))
+WORK = Path(os.environ.get("VECSIFT_SCALE_DIR", "/work/bench-data"))
 DIM = 384
 BLOCK = 250_000
 
@@ -163,8 +164,10 @@ def reader_main(args):
     index.search(q, 10, nprobe=args.nprobe, oversample=args.oversample, threads=1)
     after = smaps_rollup()
     ipss, irss = mapping_pss(args.index)
+    rpss, rrss = mapping_pss(args.base)
     print(json.dumps({"anon_delta": after["Anonymous"] - before["Anonymous"], "anon": after["Anonymous"],
-                      "pss": after["Pss"], "rss": after["Rss"], "index_pss": ipss, "index_rss": irss}), flush=True)
+                      "pss": after["Pss"], "rss": after["Rss"], "index_pss": ipss, "index_rss": irss,
+                      "rows_pss": rpss, "rows_rss": rrss}), flush=True)
     sys.stdin.read()
 
 
@@ -178,7 +181,8 @@ def readers(n_readers, index_path, base_path, q_path, nprobe, oversample):
     for p in procs:
         r = smaps_rollup(p.pid)
         ipss, _ = mapping_pss(index_path, p.pid)
-        now.append({"pss": r["Pss"], "index_pss": ipss, "anon": r["Anonymous"]})
+        rpss, rrss = mapping_pss(base_path, p.pid)
+        now.append({"pss": r["Pss"], "index_pss": ipss, "anon": r["Anonymous"], "rows_pss": rpss, "rows_rss": rrss})
     for p in procs:
         p.stdin.close()
         p.wait()
@@ -186,16 +190,46 @@ def readers(n_readers, index_path, base_path, q_path, nprobe, oversample):
 
 
 # ---------------------------------------------------------------- timing
+LAT_DETAIL = {}
+
+
 def latency(fn, queries):
-    t = []
-    for q in queries[:20]:
-        fn(q)
+    """p50 / p99 ms of one query per call, after a warm-up pass over the same
+    queries (warm cache: the rows they rescore are mapped). Page faults and
+    context switches during the timed pass go to LAT_DETAIL (per query)."""
+    t, csw, flt = [], [], []
     for q in queries:
+        fn(q)
+    who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+    for q in queries:
+        r0 = resource.getrusage(who)
         t0 = time.perf_counter()
         fn(q)
         t.append(time.perf_counter() - t0)
-    t = np.array(t) * 1e3
+        r1 = resource.getrusage(who)
+        csw.append(r1.ru_nivcsw - r0.ru_nivcsw)
+        flt.append(r1.ru_minflt - r0.ru_minflt + r1.ru_majflt - r0.ru_majflt)
+    t, csw, flt = np.array(t) * 1e3, np.array(csw), np.array(flt)
+    slow = t > 2 * np.percentile(t, 50)
+    LAT_DETAIL.clear()
+    LAT_DETAIL.update({"faults_per_q": round(float(flt.mean()), 3),
+                       "preempted_share": round(float((csw > 0).mean()), 3),
+                       "slow_share": round(float(slow.mean()), 3),
+                       # of the queries slower than 2x the median, how many were preempted or faulted
+                       "slow_preempted": round(float((csw[slow] > 0).mean()), 3) if slow.any() else None,
+                       "slow_faulted": round(float((flt[slow] > 0).mean()), 3) if slow.any() else None,
+                       "p50_unpreempted_ms": round(float(np.percentile(t[csw == 0], 50)), 3) if (csw == 0).any() else None,
+                       "p99_unpreempted_ms": round(float(np.percentile(t[csw == 0], 99)), 3) if (csw == 0).any() else None,
+                       "p90_ms": round(float(np.percentile(t, 90)), 3), "max_ms": round(float(t.max()), 3)})
     return float(np.percentile(t, 50)), float(np.percentile(t, 99))
+
+
+def warm(arr, step=1 << 16):
+    """Reads a mapped array once so its pages are in the page cache."""
+    acc = 0.0
+    for s in range(0, arr.shape[0], step):
+        acc += float(np.asarray(arr[s:s + step]).reshape(-1)[::1024].sum())
+    return acc
 
 
 def batch_qps(fn, queries, reps=3):
@@ -225,11 +259,18 @@ def main():
     ap.add_argument("--nlist", type=int, default=None)
     ap.add_argument("--nprobe", type=str, default="16,32,64,128")
     ap.add_argument("--oversample", type=str, default="8,16")
-    ap.add_argument("--refine", type=str, default="1,8")
+    ap.add_argument("--refine", type=str, default="8", help="sign scorer only")
+    ap.add_argument("--scorer", default="rabitq")
+    ap.add_argument("--bits", type=int, default=2)
+    ap.add_argument("--centre", default="global")
+    ap.add_argument("--rescore", type=str, default="bound")
+    ap.add_argument("--faiss-nprobe", type=str, default=None, help="default: --nprobe")
+    ap.add_argument("--filter-nprobe", type=str, default=None, help="default: the last two of --nprobe")
+    ap.add_argument("--faiss-qb", type=int, default=None, help="faiss query bits (default: vecsift's)")
     ap.add_argument("--latency-queries", type=int, default=300)
     ap.add_argument("--qps-queries", type=int, default=1000, help="queries in each batch-QPS call")
     ap.add_argument("--faiss-oversample", type=str, default=None, help="default: none + --oversample")
-    ap.add_argument("--phase", default="all", help="all | data | gt | ivf | faiss (comma list)")
+    ap.add_argument("--phase", default="all", help="all | data | gt | ivf | readers | faiss (comma list)")
     ap.add_argument("--skip-faiss", action="store_true")
     ap.add_argument("--skip-readers", action="store_true")
     ap.add_argument("--rebuild", action="store_true")
@@ -241,7 +282,7 @@ def main():
     ap.add_argument("--queries")
     args = ap.parse_args()
     if args.reader:
-        args.nprobe, args.oversample = int(args.nprobe), int(args.oversample)
+        args.nprobe, args.oversample = int(args.nprobe), int(args.oversample.split(",")[0])
         return reader_main(args)
 
     phases = set(args.phase.split(","))
@@ -300,100 +341,128 @@ def main():
     nlist = args.nlist or vecsift.index.partitioned.default_nlist(args.n)
     nprobes = [int(x) for x in args.nprobe.split(",")]
     oversamples = [int(x) for x in args.oversample.split(",")]
-    refines = [int(x) for x in args.refine.split(",")]
+    refines = [int(x) for x in args.refine.split(",")] if args.scorer == "sign" else [1]
+    rescores = args.rescore.split(",") if args.scorer == "rabitq" else ["-"]
     result["nlist"] = nlist
     lat_q = queries[:args.latency_queries]
     qps_q = queries[:args.qps_queries]
 
+    kind = (f"rabitq{args.bits}{args.centre[0]}" if args.scorer == "rabitq" else "sign")
+    index_path = WORK / f"ivf_{tag}_{nlist}_{kind}.ivf"
+
     # ---- vecsift IVF
     if run_all or "ivf" in phases:
-        index_path = WORK / f"ivf_{tag}_{nlist}.ivf"
         if args.rebuild or not index_path.exists():
             t0 = time.perf_counter()
-            ix = vecsift.IVFIndex(DIM, nlist, "ip")
+            ix = vecsift.IVFIndex(DIM, nlist, "ip", scorer=args.scorer, bits=args.bits, centre=args.centre)
             ix.train(base)
             t1 = time.perf_counter()
             ix.add(base)
             t2 = time.perf_counter()
             ix.save(index_path, include_vectors=False)
             t3 = time.perf_counter()
-            result["ivf_build"] = {"train_s": t1 - t0, "add_s": t2 - t1, "save_s": t3 - t2, "total_s": t3 - t0,
-                                   "balance": ix.balance()}
+            result[f"ivf_build_{kind}"] = {"train_s": t1 - t0, "add_s": t2 - t1, "save_s": t3 - t2,
+                                           "total_s": t3 - t0, "balance": ix.balance()}
             del ix
-            print("build", result["ivf_build"], flush=True)
+            print("build", result[f"ivf_build_{kind}"], flush=True)
+            save()
         index = vecsift.IVFIndex.open(index_path, vectors=base)
+        t0 = time.perf_counter()
+        warm(base)
+        warm(index._layout.codes)
+        print(f"warmed rows and codes in {time.perf_counter() - t0:.1f} s", flush=True)
+        result["ivf_kind"] = kind
         result["ivf_disk_bytes_per_vector"] = os.path.getsize(index_path) / args.n
         result["ivf_balance"] = index.balance()
         rows = []
         for npb in nprobes:
             for os_ in oversamples:
                 for rf in refines:
-                    kw = dict(nprobe=npb, oversample=os_, refine=rf)
-                    ids, _, st = index.search(queries, 10, threads=2, return_stats=True, **kw)
-                    rec = recall_at_k(ids, gt_ids, 10)
-                    qps = batch_qps(lambda q: index.search(q, 10, threads=2, **kw), qps_q)
-                    p50, p99 = latency(lambda q: index.search(q, 10, threads=1, **kw), lat_q)
-                    row = {**kw, "recall": round(rec, 4), "p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
-                           "qps_2t": round(qps), "rows_scanned": st["rows"] // len(queries)}
-                    rows.append(row)
-                    print("ivf", row, flush=True)
-        result["ivf"] = rows
+                    for rs in rescores:
+                        kw = dict(nprobe=npb, oversample=os_)
+                        kw.update(refine=rf) if args.scorer == "sign" else kw.update(rescore=rs)
+                        ids, _, st = index.search(queries, 10, threads=2, return_stats=True, **kw)
+                        rec = recall_at_k(ids, gt_ids, 10)
+                        qps = batch_qps(lambda q: index.search(q, 10, threads=2, **kw), qps_q)
+                        p50, p99 = latency(lambda q: index.search(q, 10, threads=1, **kw), lat_q)
+                        row = {**kw, "recall": round(rec, 4), "p50_ms": round(p50, 3), "p99_ms": round(p99, 3),
+                               "qps_2t": round(qps), "rows_scanned": st["rows"] // len(queries),
+                               "rescored": round(st.get("rescored", 0) / len(queries), 1), **LAT_DETAIL}
+                        rows.append(row)
+                        print("ivf", row, flush=True)
+        result[f"ivf_{kind}"] = rows
         frows = []
         for name, a in allow.items():
-            for npb in nprobes[-2:]:
-                kw = dict(nprobe=npb, oversample=oversamples[-1], refine=refines[-1], allow=a)
+            for npb in ([int(x) for x in args.filter_nprobe.split(",")] if args.filter_nprobe else nprobes[-2:]):
+                kw = dict(nprobe=npb, oversample=oversamples[-1], allow=a)
+                kw.update(refine=refines[-1]) if args.scorer == "sign" else kw.update(rescore=rescores[-1])
                 ids, _, st = index.search(queries, 10, threads=2, return_stats=True, **kw)
                 p50, p99 = latency(lambda q: index.search(q, 10, threads=1, **kw), lat_q[:100])
-                row = {"filter": name, "nprobe": npb, "oversample": oversamples[-1], "refine": refines[-1],
+                row = {"filter": name, "nprobe": npb, "oversample": oversamples[-1],
                        "recall": round(recall_at_k(ids, gt_f[name], 10), 4),
                        "min_rows_returned": int((ids >= 0).sum(1).min()), "p50_ms": round(p50, 3),
                        "p99_ms": round(p99, 3), "exact_path_queries": st["exact"],
                        "lists_probed": st["lists"] / len(queries)}
                 frows.append(row)
                 print("ivf filtered", row, flush=True)
-        result["ivf_filtered"] = frows
+        result[f"ivf_filtered_{kind}"] = frows
         save()
         del index
-        if not args.skip_readers:
-            npb, os_ = nprobes[-1], oversamples[-1]
-            one_first, one_now = readers(1, index_path, base_path, q_path, npb, os_)
-            four_first, four_now = readers(4, index_path, base_path, q_path, npb, os_)
-            result["memory"] = {
-                "anon_bytes_per_vector_after_open": one_first[0]["anon_delta"] / args.n,
-                "index_file_rss_bytes_per_vector": one_first[0]["index_rss"] / args.n,
-                "one_reader": one_now[0], "four_readers": four_now,
-                "pss_ratio_4_vs_1": sum(r["pss"] for r in four_now) / one_now[0]["pss"],
-                "index_pss_ratio_4_vs_1": sum(r["index_pss"] for r in four_now) / max(1, one_now[0]["index_pss"]),
-            }
-            print("memory", result["memory"], flush=True)
-            save()
+    if not args.skip_readers and (run_all or "ivf" in phases or "readers" in phases):
+        # This process unmaps the rows first: its own mapping would take a share of
+        # the readers' pages and make one reader look cheaper than it is.
+        import gc
+        del base
+        gc.collect()
+        npb, os_ = nprobes[-1], oversamples[-1]
+        one_first, one_now = readers(1, index_path, base_path, q_path, npb, os_)
+        four_first, four_now = readers(4, index_path, base_path, q_path, npb, os_)
+        result[f"memory_{kind}"] = {
+            "anon_bytes_per_vector_after_open": one_first[0]["anon_delta"] / args.n,
+            "index_file_rss_bytes_per_vector": one_first[0]["index_rss"] / args.n,
+            "one_reader": one_now[0], "four_readers": four_now,
+            "pss_ratio_4_vs_1": sum(r["pss"] for r in four_now) / one_now[0]["pss"],
+            "index_pss_ratio_4_vs_1": sum(r["index_pss"] for r in four_now) / max(1, one_now[0]["index_pss"]),
+            "rows_pss_ratio_4_vs_1": sum(r["rows_pss"] for r in four_now) / max(1, one_now[0]["rows_pss"]),
+        }
+        print("memory", result[f"memory_{kind}"], flush=True)
+        save()
+        base = np.load(base_path, mmap_mode="r")
 
     # ---- faiss IndexIVFRaBitQ, same nlist / nprobe / bits
     if not args.skip_faiss and (run_all or "faiss" in phases):
         import faiss
         t0 = time.perf_counter()
         quant = faiss.IndexFlatIP(DIM)
-        fx = faiss.IndexIVFRaBitQ(quant, DIM, nlist, faiss.METRIC_INNER_PRODUCT, True, 1)
+        fx = faiss.IndexIVFRaBitQ(quant, DIM, nlist, faiss.METRIC_INNER_PRODUCT, True, args.bits)
         sample = np.random.default_rng(0).choice(args.n, size=min(args.n, nlist * 64), replace=False)
         fx.train(np.ascontiguousarray(base[np.sort(sample)]))
+        # Exact rescoring inside faiss (C++): IndexRefineFlat holds its own float32 copy of the rows
+        # (adds go to both; the copy costs a memcpy of the rows).
+        ref = faiss.IndexRefineFlat(fx)
         for s in range(0, args.n, BLOCK):
-            fx.add(np.ascontiguousarray(base[s:s + BLOCK]))
+            ref.add(np.ascontiguousarray(base[s:s + BLOCK]))
         result["faiss_build_s"] = time.perf_counter() - t0
         print(f"faiss build {result['faiss_build_s']:.1f} s", flush=True)
+        qb = args.faiss_qb or vecsift.index.quantised.default_query_bits(args.bits)
+        result["faiss_params"] = {"bits": args.bits, "qb": qb, "nlist": nlist, "refine": "IndexRefineFlat"}
         rows = []
-        for npb in nprobes:
+        fnprobes = [int(x) for x in (args.faiss_nprobe or args.nprobe).split(",")]
+        for npb in fnprobes:
             for os_ in ([1] + oversamples if args.faiss_oversample is None
                         else [int(x) for x in args.faiss_oversample.split(",")]):
                 p = faiss.IVFRaBitQSearchParameters()
                 p.nprobe = npb
-                p.qb = 8
-                kk = 10 * os_
+                p.qb = qb
+                rp = faiss.IndexRefineSearchParameters()
+                rp.k_factor, rp.base_index_params = float(os_), p
 
                 def fsearch(q, threads):
                     faiss.omp_set_num_threads(threads)
                     q = q.reshape(-1, DIM)
-                    _, c = fx.search(q, kk, params=p)
-                    return c if os_ == 1 else rescore(base, q, c)
+                    if os_ == 1:
+                        return fx.search(q, 10, params=p)[1]
+                    return ref.search(q, 10, params=rp)[1]
                 ids = fsearch(queries, 2)
                 rec = recall_at_k(ids, gt_ids, 10)
                 qps = batch_qps(lambda q: fsearch(q, 2), qps_q)
@@ -402,7 +471,7 @@ def main():
                        "p50_ms": round(p50, 3), "p99_ms": round(p99, 3), "qps_2t": round(qps)}
                 rows.append(row)
                 print("faiss", row, flush=True)
-        result["faiss_ivf_rabitq"] = rows
+        result[f"faiss_ivf_rabitq_{args.bits}bit"] = rows
         faiss.omp_set_num_threads(os.cpu_count())
         save()
 

@@ -7,6 +7,7 @@
 
 #include "common.hpp"
 #include "vecsift/index/partitioned.hpp"
+#include "vecsift/index/partitioned_quant.hpp"
 
 using namespace vecsift;
 
@@ -129,6 +130,209 @@ class PyIVF {
   std::unique_ptr<IVFSearcher<SignScorer>> searcher_;
 };
 
+
+// The RaBitQ-code variant (partitioned_quant.hpp). Holds every array it reads.
+class PyIVFQ {
+ public:
+  PyIVFQ(F32Array centroids, F32Array centres, F32Array centres_rot, F32Array rotation, I64Flat list_block,
+         I64Flat list_size, I64Flat slot_row, U8Array codes, F32Array factors, F32Array vectors,
+         std::optional<F32Array> inv_norm, const std::string& metric, int bits)
+      : arrays_{centroids, centres, centres_rot, rotation, factors, vectors},
+        list_block_(list_block), list_size_(list_size), slot_row_(slot_row), codes_(codes), inv_norm_(inv_norm) {
+    require_matrix(centroids, "centroids");
+    require_matrix(centres, "centres");
+    require_matrix(centres_rot, "centres_rot");
+    require_matrix(rotation, "rotation");
+    require_matrix(factors, "factors");
+    require_matrix(vectors, "vectors");
+    require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "bits must be 1, 2, 4 or 8");
+    v_.bits = bits;
+    v_.dim = centroids.shape(1);
+    v_.nlist = centroids.shape(0);
+    v_.nrows = vectors.shape(0);
+    v_.D = rotation.shape(0);
+    v_.J = v_.D / 8;
+    v_.metric = ivf_metric(metric);
+    require(v_.D % 64 == 0 && v_.D >= v_.dim && static_cast<size_t>(rotation.shape(1)) == v_.D,
+            "rotation must be (D, D) with D a multiple of 64, at least dim");
+    v_.ncentres = centres.shape(0);
+    require(v_.ncentres == 1 || v_.ncentres == v_.nlist, "centres must have 1 or nlist rows");
+    require(static_cast<size_t>(centres.shape(1)) == v_.dim, "centres and centroids differ in dimension");
+    require(static_cast<size_t>(centres_rot.shape(0)) == v_.ncentres && static_cast<size_t>(centres_rot.shape(1)) == v_.D,
+            "centres_rot must be (centres, D)");
+    require(static_cast<size_t>(vectors.shape(1)) == v_.dim, "vectors and centroids differ in dimension");
+    require(list_block.ndim() == 1 && static_cast<size_t>(list_block.shape(0)) == v_.nlist + 1,
+            "list_block must have nlist + 1 entries");
+    require(list_size.ndim() == 1 && static_cast<size_t>(list_size.shape(0)) == v_.nlist,
+            "list_size must have nlist entries");
+    const int64_t* lb = list_block.data();
+    const int64_t* ls = list_size.data();
+    const int64_t R = static_cast<int64_t>(kQuantBlockRows);
+    require(lb[0] == 0, "list_block must start at 0");
+    for (size_t l = 0; l < v_.nlist; ++l)
+      require(lb[l + 1] >= lb[l] && ls[l] >= 0 && ls[l] <= (lb[l + 1] - lb[l]) * R && ls[l] > (lb[l + 1] - lb[l] - 1) * R,
+              "list " + std::to_string(l) + ": size and blocks disagree");
+    const size_t nblocks = static_cast<size_t>(lb[v_.nlist]), nslots = nblocks * kQuantBlockRows;
+    require(static_cast<size_t>(slot_row.size()) == nslots, "slot_row must have 32 entries a block");
+    require(static_cast<size_t>(codes.size()) == nblocks * v_.block_stride(), "codes size does not match blocks");
+    require(static_cast<size_t>(factors.shape(0)) == 5 && static_cast<size_t>(factors.shape(1)) == nslots,
+            "factors must be (5, slots)");
+    const int64_t* sr = slot_row.data();
+    const int64_t n = static_cast<int64_t>(v_.nrows);
+    {
+      bool ok = true;
+      py::gil_scoped_release nogil;
+      for (size_t s = 0; s < nslots; ++s) ok &= sr[s] >= -1 && sr[s] < n;
+      if (!ok) {
+        py::gil_scoped_acquire gil;
+        throw py::value_error("slot_row holds a row id outside [-1, n)");
+      }
+    }
+    if (v_.metric == Metric::Cosine) {
+      require(inv_norm.has_value() && static_cast<size_t>(inv_norm->size()) == v_.nrows,
+              "cosine needs inv_norm with one entry per row");
+      v_.inv_norm = inv_norm->data();
+    }
+    v_.centroids = centroids.data();
+    v_.centres = centres.data();
+    v_.centres_rot = centres_rot.data();
+    v_.rotation = rotation.data();
+    v_.list_block = lb;
+    v_.list_size = ls;
+    v_.slot_row = sr;
+    v_.codes = codes.data();
+    v_.factors = factors.data();
+    v_.vectors = vectors.data();
+    searcher_ = std::make_unique<IVFQuantSearcher>(v_, active_level());
+  }
+
+  py::tuple search(const F32Array& queries, long k, long nprobe, long oversample, long min_candidates,
+                   bool exact_small, int qbits, const std::string& rescore, double confidence,
+                   const std::optional<U8Array>& allow_mask, const std::optional<I64Array>& allow_ids,
+                   long threads) const {
+    require_matrix(queries, "queries");
+    require(static_cast<size_t>(queries.shape(1)) == v_.dim, "queries have dimension " +
+                                                                 std::to_string(queries.shape(1)) + ", expected " +
+                                                                 std::to_string(v_.dim));
+    require(k > 0, "k must be positive");
+    require(nprobe > 0, "nprobe must be positive");
+    require(oversample > 0, "oversample must be positive");
+    require(min_candidates >= 0, "min_candidates must be >= 0");
+    require(qbits >= 4 && qbits <= 8, "query_bits must be in [4, 8]");
+    require(std::isfinite(confidence) && confidence >= 0, "confidence must be a finite number >= 0");
+    IVFQParams p;
+    if (rescore == "bound") p.rescore = IVFRescore::Bound;
+    else if (rescore == "fixed") p.rescore = IVFRescore::Fixed;
+    else if (rescore == "none") p.rescore = IVFRescore::None;
+    else throw py::value_error("rescore must be 'bound', 'fixed' or 'none', got '" + rescore + "'");
+    auto allow = allow_arg(allow_mask, allow_ids, v_.nrows);
+    const size_t nq = queries.shape(0);
+    p.k = static_cast<size_t>(k);
+    p.nprobe = static_cast<size_t>(nprobe);
+    p.oversample = static_cast<size_t>(oversample);
+    p.min_candidates = static_cast<size_t>(min_candidates);
+    p.exact_small = exact_small;
+    p.qbits = qbits;
+    p.confidence = static_cast<float>(confidence);
+    I64Array ids({nq, p.k});
+    F32Array scores({nq, p.k});
+    IVFQStats st;
+    const float* pq = queries.data();
+    int64_t* pi = ids.mutable_data();
+    float* ps = scores.mutable_data();
+    size_t nt = resolve_threads(threads);
+    {
+      py::gil_scoped_release nogil;
+      searcher_->search(pq, nq, p, allow ? &*allow : nullptr, nt, pi, ps, &st);
+    }
+    py::dict stats;
+    stats["lists"] = st.lists;
+    stats["rows"] = st.rows;
+    stats["exact"] = st.exact;
+    stats["rescored"] = st.rescored;
+    return py::make_tuple(ids, scores, stats);
+  }
+
+ private:
+  std::vector<F32Array> arrays_;
+  I64Flat list_block_, list_size_, slot_row_;
+  U8Array codes_;
+  std::optional<F32Array> inv_norm_;
+  IVFQView v_;
+  std::unique_ptr<IVFQuantSearcher> searcher_;
+};
+
+// Codes of rows against code centres: (planes (n, bits*D/8) uint8, factors (n, 5) float32).
+py::tuple ivf_quant_encode_py(const F32Array& rotation, const F32Array& centres, const F32Array& rows,
+                              const I64Flat& centre_of, const std::string& metric, int bits, long threads) {
+  require_matrix(rotation, "rotation");
+  require_matrix(centres, "centres");
+  require_matrix(rows, "rows");
+  require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "bits must be 1, 2, 4 or 8");
+  IVFQView v;
+  v.D = rotation.shape(0);
+  v.J = v.D / 8;
+  v.dim = centres.shape(1);
+  v.bits = bits;
+  v.metric = ivf_metric(metric);
+  require(v.D % 64 == 0 && v.D >= v.dim && static_cast<size_t>(rotation.shape(1)) == v.D, "rotation must be (D, D)");
+  require(static_cast<size_t>(rows.shape(1)) == v.dim, "rows and centres differ in dimension");
+  const size_t n = rows.shape(0);
+  require(centre_of.ndim() == 1 && static_cast<size_t>(centre_of.shape(0)) == n, "one centre per row");
+  const int64_t* co = centre_of.data();
+  for (size_t i = 0; i < n; ++i)
+    require(co[i] >= 0 && co[i] < centres.shape(0), "centre index out of range");
+  v.rotation = rotation.data();
+  v.centres = centres.data();
+  U8Array planes({n, v.code_bytes()});
+  F32Array factors({n, size_t{5}});
+  const float* pr = rows.data();
+  uint8_t* pp = planes.mutable_data();
+  float* pf = factors.mutable_data();
+  size_t nt = resolve_threads(threads);
+  {
+    py::gil_scoped_release nogil;
+    ivf_quant_encode(v, pr, co, n, pp, pf, nt, active_level());
+  }
+  return py::make_tuple(planes, factors);
+}
+
+F32Array ivf_quant_rotation_py(size_t D, uint64_t seed) {
+  require(D % 64 == 0 && D > 0 && D <= 4096, "code_dim must be a multiple of 64 in [64, 4096]");
+  std::vector<float> r;
+  {
+    py::gil_scoped_release nogil;
+    r = random_rotation(D, seed);
+  }
+  F32Array out({D, D});
+  std::copy(r.begin(), r.end(), out.mutable_data());
+  return out;
+}
+
+// Rotates rows (n, D) by rotation (D, D) (the same kernel the search uses).
+F32Array ivf_quant_rotate_py(const F32Array& rotation, const F32Array& x) {
+  require_matrix(rotation, "rotation");
+  require_matrix(x, "x");
+  const size_t D = rotation.shape(0), n = x.shape(0);
+  require(static_cast<size_t>(x.shape(1)) == D, "x must have D columns");
+  F32Array out({n, D});
+  const float *pr = rotation.data(), *px = x.data();
+  float* po = out.mutable_data();
+  Level lv = active_level();
+  py::gil_scoped_release nogil;
+  for (size_t i = 0; i < n; ++i) rotate(pr, D, px + i * D, po + i * D, lv);
+  return out;
+}
+
+// Tables of ivf_query_luts against build_query_luts, for the tests.
+bool ivf_luts_match_py(const U8Array& qu, int qbits) {
+  require(qu.ndim() == 1 && qu.shape(0) % 8 == 0, "qu must be 1-d with a multiple of 8 entries");
+  std::vector<uint8_t> a, b;
+  build_query_luts(qu.data(), qu.shape(0), qbits, a);
+  ivf_query_luts(qu.data(), qu.shape(0), qbits, b);
+  return a == b;
+}
+
 py::array_t<int64_t> ivf_assign_py(const F32Array& centroids, const F32Array& rows, const std::string& metric,
                                    long threads) {
   require_matrix(centroids, "centroids");
@@ -162,6 +366,21 @@ void bind_partitioned(py::module_& m) {
       .def("search", &PyIVF::search, py::arg("queries"), py::arg("k"), py::arg("nprobe"), py::arg("oversample"),
            py::arg("refine") = 1, py::arg("min_candidates") = 0, py::arg("exact_small") = true, py::arg("allow_mask") = py::none(),
            py::arg("allow_ids") = py::none(), py::arg("threads") = 0);
+  py::class_<PyIVFQ>(m, "IVFQuant")
+      .def(py::init<F32Array, F32Array, F32Array, F32Array, I64Flat, I64Flat, I64Flat, U8Array, F32Array, F32Array,
+                    std::optional<F32Array>, const std::string&, int>(),
+           py::arg("centroids"), py::arg("centres"), py::arg("centres_rot"), py::arg("rotation"), py::arg("list_block"),
+           py::arg("list_size"), py::arg("slot_row"), py::arg("codes"), py::arg("factors"), py::arg("vectors"),
+           py::arg("inv_norm"), py::arg("metric"), py::arg("bits"))
+      .def("search", &PyIVFQ::search, py::arg("queries"), py::arg("k"), py::arg("nprobe"), py::arg("oversample"),
+           py::arg("min_candidates"), py::arg("exact_small"), py::arg("query_bits"), py::arg("rescore"),
+           py::arg("confidence"), py::arg("allow_mask") = py::none(), py::arg("allow_ids") = py::none(),
+           py::arg("threads") = 0);
+  m.def("ivf_quant_encode", &ivf_quant_encode_py, py::arg("rotation"), py::arg("centres"), py::arg("rows"),
+        py::arg("centre_of"), py::arg("metric"), py::arg("bits"), py::arg("threads") = 0);
+  m.def("ivf_quant_rotation", &ivf_quant_rotation_py, py::arg("code_dim"), py::arg("seed"));
+  m.def("ivf_quant_rotate", &ivf_quant_rotate_py, py::arg("rotation"), py::arg("x"));
+  m.def("ivf_luts_match", &ivf_luts_match_py, py::arg("qu"), py::arg("query_bits"));
   m.def("ivf_assign", &ivf_assign_py, py::arg("centroids"), py::arg("rows"), py::arg("metric"),
         py::arg("threads") = 0);
 }

@@ -195,8 +195,10 @@ def test_tenant_rules_hold(tenants):
     assert sc.search(v, k=1, tenant="globex")[0].id == "canary"
 
 
-def test_ingest_parquet_through_ray_data(ray_cluster, tmp_path):
-    pytest.importorskip("pandas", reason="Ray Data needs pandas (ray[data])")
+@pytest.mark.parametrize("engine", ["tasks", "data"])
+def test_ingest_parquet(ray_cluster, tmp_path, engine):
+    if engine == "data":
+        pytest.importorskip("pandas", reason="Ray Data needs pandas (ray[data])")
     ids, x, texts, tn = corpus(300, DIM, seed=31, tenants=["a", "b", "c"])
     table = pa.table({"id": ids, "text": texts, "tenant": tn})
     for i in range(2):
@@ -213,7 +215,7 @@ def test_ingest_parquet_through_ray_data(ray_cluster, tmp_path):
 
     sc = ShardedCollection.create(tmp_path / "sc", DIM, "cosine", shards=3, routing="tenant")
     assert ingest_parquet(sc, [str(tmp_path / f"part-{i}.parquet") for i in range(2)], embed=embed,
-                          batch_size=150) == 300
+                          batch_size=100, engine=engine) == 300
     single = vecsift.Collection.create(tmp_path / "single", DIM, "cosine")
     single.add(ids, embed(texts), texts=texts, tenant=tn)
     single.commit()

@@ -1,5 +1,6 @@
-"""IVFIndex: recall against exact search, exactness when every list is probed,
-filters that keep recall, adds, and bad input."""
+"""IVFIndex over sign-bit codes (scorer="sign", format 1): recall against exact
+search, exactness when every list is probed, filters that keep recall, adds,
+and bad input. The RaBitQ-code variant: test_partitioned_quant.py."""
 import numpy as np
 import pytest
 
@@ -21,7 +22,7 @@ def clustered(n, nq, dim=DIM, centres=40, spread=0.35, seed=0):
 @pytest.fixture(scope="module")
 def data():
     x, q = clustered(12_000, 100, centres=200, spread=1.0)
-    return x, q, IVFIndex.build(x, nlist=64)
+    return x, q, IVFIndex.build(x, nlist=64, scorer="sign")
 
 
 def hamming_all(x, q):
@@ -48,7 +49,7 @@ def test_recall_against_exact(data):
 def test_all_lists_and_all_candidates_is_exact(data):
     x, q, ix = data
     for metric in ("cosine", "ip", "l2"):
-        m = IVFIndex(DIM, 32, metric).train(x[:4000])
+        m = IVFIndex(DIM, 32, metric, scorer="sign").train(x[:4000])
         m.add(x[:4000])
         ids, scores = m.search(q, 10, nprobe=32, oversample=4000)
         gi, gs = vecsift.exact_search(x[:4000], q, 10, metric)
@@ -64,7 +65,7 @@ def test_all_lists_equals_exact_over_codes(refine):
     on queries whose cut-off Hamming distance is not tied (there the
     candidate set is unique)."""
     x, q = clustered(6000, 100, dim=256, centres=100, spread=1.0, seed=5)
-    ix = IVFIndex.build(x, nlist=32)
+    ix = IVFIndex.build(x, nlist=32, scorer="sign")
     k, os_ = 10, 2
     wide = k * os_ * refine
     ids, scores = ix.search(q, k, nprobe=ix.nlist, oversample=os_, refine=refine)
@@ -125,8 +126,8 @@ def test_allow_forms_and_fewer_than_k_allowed(data):
 
 def test_incremental_add_equals_one_add(data):
     x, q, _ = data
-    a = IVFIndex(DIM, 32).train(x)
-    b = IVFIndex(DIM, 32).train(x)
+    a = IVFIndex(DIM, 32, scorer="sign").train(x)
+    b = IVFIndex(DIM, 32, scorer="sign").train(x)
     a.add(x)
     for s in range(0, len(x), 5000):
         b.add(x[s:s + 5000])
@@ -145,7 +146,7 @@ def test_incremental_add_equals_one_add(data):
 
 def test_retrain_reassigns_rows(data):
     x, q, _ = data
-    ix = IVFIndex(DIM, 16).train(x[:2000])
+    ix = IVFIndex(DIM, 16, scorer="sign").train(x[:2000])
     ix.add(x[:6000])
     ix.train(x, nlist=48)
     assert ix.nlist == 48 and len(ix) == 6000 and ix.list_sizes().sum() == 6000
@@ -155,7 +156,7 @@ def test_retrain_reassigns_rows(data):
 
 def test_kmeans_balance_and_no_empty_lists():
     x, _ = clustered(8000, 1, centres=8)
-    ix = IVFIndex.build(x, nlist=64)
+    ix = IVFIndex.build(x, nlist=64, scorer="sign")
     b = ix.balance()
     assert b["lists"] == 64 and b["empty"] == 0 and b["min"] > 0
     assert b["imbalance"] < 2.0

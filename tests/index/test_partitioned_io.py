@@ -1,5 +1,5 @@
 """IVFIndex files: round trip, mapped open, corruption refused, pages shared
-across processes."""
+across processes, format 1 (sign-bit codes of earlier releases) still read."""
 import json
 import os
 import struct
@@ -37,8 +37,10 @@ def test_round_trip_is_mapped_and_identical(saved):
     ox = IVFIndex.open(path)
     assert ox.is_mapped and not ix.is_mapped
     assert (ox.nlist, ox.dim, len(ox), ox.metric, ox.nprobe, ox.oversample) == (32, 64, len(x), "cosine", 6, 12)
-    for name in ("codes", "slot_row", "list_block", "list_size"):
+    for name in ("codes", "slot_row", "list_block", "list_size", "factors"):
         assert isinstance(getattr(ox._layout, name), np.memmap)
+    for name in ("rotation", "centres_rot", "centres"):
+        assert isinstance(ox._model[name], np.memmap)
     assert isinstance(ox.centroids, np.memmap) and isinstance(ox._vectors, np.memmap)
     a, b = ix.search(q, 10), ox.search(q, 10)
     np.testing.assert_array_equal(a[0], b[0])
@@ -104,7 +106,8 @@ def _sections(path):
     return json.loads(raw[24:24 + hlen])["sections"]
 
 
-@pytest.mark.parametrize("section", ["codes", "slot_row", "list_block", "list_size", "centroids", "inv_norm"])
+@pytest.mark.parametrize("section", ["codes", "slot_row", "list_block", "list_size", "centroids", "inv_norm",
+                                     "factors", "rotation", "centres_rot", "centres"])
 def test_flipped_byte_in_a_section_is_refused(saved, tmp_path, section):
     _, _, _, path = saved
     off, nbytes = _sections(path)[section][:2]
@@ -152,7 +155,7 @@ def test_header_damage_truncation_and_foreign_files(saved, tmp_path):
 
 def test_inconsistent_layout_is_refused(tmp_path):
     x, _ = _data(800)
-    ix = IVFIndex.build(x, nlist=8)
+    ix = IVFIndex.build(x, nlist=8, scorer="sign")
     meta = {"kind": "ivf", "dim": 64, "metric": "cosine", "scorer": "sign", "nlist": 8, "n": 800, "nprobe": 2,
             "oversample": 4, "seed": 0, "has_vectors": True}
     lay = ix._layout
@@ -160,16 +163,85 @@ def test_inconsistent_layout_is_refused(tmp_path):
     bad_rows[3] = 10**9
     partitioned_io.write(tmp_path / "a.ivf", meta, {
         "centroids": ix.centroids, "list_block": lay.list_block, "list_size": lay.list_size, "slot_row": bad_rows,
-        "codes": lay.codes, "inv_norm": ix._inv_norm, "vectors": ix._vectors})
+        "codes": lay.codes, "inv_norm": ix._inv_norm, "vectors": ix._vectors}, version=1)
     with pytest.raises(CorruptIndexError, match="row id"):
         IVFIndex.open(tmp_path / "a.ivf")
     sizes = np.asarray(lay.list_size).copy()
     sizes[0] += 100
     partitioned_io.write(tmp_path / "b.ivf", meta, {
         "centroids": ix.centroids, "list_block": lay.list_block, "list_size": sizes, "slot_row": lay.slot_row,
-        "codes": lay.codes, "inv_norm": ix._inv_norm, "vectors": ix._vectors})
+        "codes": lay.codes, "inv_norm": ix._inv_norm, "vectors": ix._vectors}, version=1)
     with pytest.raises(CorruptIndexError, match="list 0"):
         IVFIndex.open(tmp_path / "b.ivf")
+    # A sign-bit layout labelled as format 2 (or RaBitQ codes as format 1) is refused.
+    partitioned_io.write(tmp_path / "c.ivf", meta, {
+        "centroids": ix.centroids, "list_block": lay.list_block, "list_size": lay.list_size, "slot_row": lay.slot_row,
+        "codes": lay.codes, "inv_norm": ix._inv_norm, "vectors": ix._vectors}, version=2)
+    with pytest.raises(CorruptIndexError, match="format version 2"):
+        IVFIndex.open(tmp_path / "c.ivf")
+
+
+def _rabitq_sections(ix):
+    out = {"centroids": ix.centroids, "rotation": ix._model["rotation"], "centres_rot": ix._model["centres_rot"],
+           "centres": ix._model["centres"], **ix._layout.arrays(), "inv_norm": ix._inv_norm, "vectors": ix._vectors}
+    return out
+
+
+def test_inconsistent_rabitq_sections_are_refused(tmp_path):
+    x, _ = _data(800)
+    ix = IVFIndex.build(x, nlist=8)
+    meta = ix._meta(True)
+    good = _rabitq_sections(ix)
+    cases = {
+        "factors": ("factors", np.asarray(ix._layout.factors)[:, :-32]),
+        "codes": ("codes", np.asarray(ix._layout.codes)[:-1]),
+        "rotation": ("rotation", np.asarray(ix._model["rotation"])[:64]),
+        "centres_rot": ("centres_rot", np.zeros((2, ix.code_dim), np.float32)),
+        "centres": ("centres", np.zeros((3, 64), np.float32)),
+    }
+    for match, (name, arr) in cases.items():
+        partitioned_io.write(tmp_path / "r.ivf", meta, {**good, name: arr})
+        with pytest.raises(CorruptIndexError, match=match):
+            IVFIndex.open(tmp_path / "r.ivf")
+    partitioned_io.write(tmp_path / "r.ivf", meta, {k: v for k, v in good.items() if k != "factors"})
+    with pytest.raises(CorruptIndexError, match="factors"):
+        IVFIndex.open(tmp_path / "r.ivf")
+    partitioned_io.write(tmp_path / "r.ivf", {**meta, "bits": 3}, good)
+    with pytest.raises(CorruptIndexError, match="header"):
+        IVFIndex.open(tmp_path / "r.ivf")
+    partitioned_io.write(tmp_path / "r.ivf", meta, good, version=1)
+    with pytest.raises(CorruptIndexError, match="format version 1"):
+        IVFIndex.open(tmp_path / "r.ivf")
+
+
+OLD = os.path.join(os.path.dirname(__file__), "..", "data", "old_format", "ivf")
+
+
+def test_format_1_file_of_earlier_releases_opens():
+    """sign_v1.ivf was written by the sign-bit IVFIndex before RaBitQ codes
+    (format version 1); it opens, searches as it did, and saves as format 1."""
+    exp = json.load(open(os.path.join(OLD, "expected.json")))
+    q = np.load(os.path.join(OLD, "queries.npy"))
+    ix = IVFIndex.open(os.path.join(OLD, "sign_v1.ivf"))
+    assert (ix.scorer, len(ix), ix.nlist, ix.nprobe, ix.oversample) == ("sign", 600, 8, 3, 8)
+    ids, scores = ix.search(q, 5)
+    np.testing.assert_array_equal(ids, np.array(exp["ids"]))
+    np.testing.assert_allclose(scores, np.array(exp["scores"], np.float32), rtol=1e-6)
+
+
+def test_versions_written(saved, tmp_path):
+    x, q, ix, path = saved
+    assert struct.unpack_from("<I", open(path, "rb").read(), 8)[0] == 2
+    sign = IVFIndex.build(x[:2000], nlist=8, scorer="sign")
+    sign.save(tmp_path / "s.ivf")
+    assert struct.unpack_from("<I", open(tmp_path / "s.ivf", "rb").read(), 8)[0] == 1
+    np.testing.assert_array_equal(IVFIndex.open(tmp_path / "s.ivf").search(q, 5)[0], sign.search(q, 5)[0])
+    lst = IVFIndex.build(x[:2000], nlist=8, centre="list", bits=1)
+    lst.save(tmp_path / "l.ivf")
+    assert "centres" not in _sections(tmp_path / "l.ivf")
+    ol = IVFIndex.open(tmp_path / "l.ivf")
+    assert (ol.centre, ol.bits) == ("list", 1)
+    np.testing.assert_array_equal(ol.search(q, 5)[0], lst.search(q, 5)[0])
 
 
 _READER = textwrap.dedent("""
@@ -237,3 +309,23 @@ def test_processes_share_the_mapped_pages(tmp_path):
     # With two processes mapping the same pages, each is charged about half.
     assert rss >= codes_bytes * 0.9
     assert pss <= 0.6 * rss
+
+
+def test_cli_info_and_tune_on_an_ivf_file(tmp_path, capsys):
+    from vecsift.tools.cli import main
+    x, _ = _data(3000, 1, dim=32, seed=11)
+    ix = IVFIndex.build(x, nlist=16, nprobe=1)
+    path = tmp_path / "t.ivf"
+    ix.save(path, include_vectors=False)
+    np.save(tmp_path / "rows.npy", x)
+    assert main(["info", str(path), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert (info["scorer"], info["n"], info["nlist"], info["format"]) == ("rabitq", 3000, 16, 2)
+    assert info["balance"]["lists"] == 16 and info["balance"]["min"] > 0
+    assert main(["tune", str(path), "--vectors", str(tmp_path / "rows.npy"), "--target-recall", "0.9",
+                 "--sample", "100", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    chosen = int(out.strip().splitlines()[-1].split("nprobe=")[1].split()[0])
+    tuned = IVFIndex.open(path, vectors=x)
+    assert tuned.nprobe == chosen > 1
+    assert main(["tune", str(path), "--target-recall", "0.9"]) == 2  # rows not given: a clear error

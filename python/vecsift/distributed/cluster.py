@@ -20,7 +20,6 @@ generation, so an answer from another one is refused.
 """
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import itertools
 import os
@@ -33,7 +32,7 @@ from contextlib import contextmanager
 import numpy as np
 import pyarrow as pa
 
-from vecsift.distributed.gather import SearchResult, ShardUnavailableError, gather
+from vecsift.distributed.gather import ID, SearchResult, ShardUnavailableError, gather, hit_of, merged_order, request
 from vecsift.distributed.manifest import read_cluster, write_cluster
 from vecsift.distributed.routing import Router
 from vecsift.errors import VecsiftError
@@ -105,12 +104,9 @@ def _check_k(k, name="k"):
     return int(k)
 
 
-def _ranked(hits, k, rank_field):
-    """Shards' hits merged into one list: by score, ties by id; ranks renumbered 1.. (global)."""
-    hits = sorted(hits, key=lambda h: (-h.score, h.id))[:k]
-    for i, h in enumerate(hits, 1):
-        setattr(h, rank_field, i)
-    return hits
+def _ranked(packed, k, rank_field):
+    """Shards' packed hits merged into one list of Hits: by score, ties by id; ranks renumbered 1.. (global)."""
+    return [hit_of(packed[i], j, **{rank_field: r}) for r, (i, j) in enumerate(merged_order(packed, k), 1)]
 
 
 class ShardedCollection:
@@ -546,7 +542,7 @@ class ShardedCollection:
             tx = None if texts is None else (texts, stats)
             method = "search_hybrid" if mode == "hybrid" else "search"
             vec = q if mode != "sparse" else None
-            results, failed = gather(copies, method, lambda s: (gen, vec, tx, c, scope, opts), gen, left)
+            results, failed = gather(copies, request(method, gen, vec, tx, c, scope, opts), gen, left)
             missing.update(failed)
         if missing and not allow_partial:
             raise ShardUnavailableError(missing)
@@ -554,9 +550,9 @@ class ShardedCollection:
         for i in range(nq):
             per_shard = [results[s][i] for s in sorted(results)]
             if mode == "dense":
-                hits = _ranked([h for hs in per_shard for h in hs], k, "dense_rank")
+                hits = _ranked(per_shard, k, "dense_rank")
             elif mode == "sparse":
-                hits = _ranked([h for hs in per_shard for h in hs], k, "sparse_rank")
+                hits = _ranked(per_shard, k, "sparse_rank")
             else:
                 hits = self._fuse(per_shard, k, c, rrf_k, weights)
             out.append(SearchResult(hits, missing, gen))
@@ -577,7 +573,7 @@ class ShardedCollection:
         todo = sorted({t for t in texts if (gen, t, key_scope) not in self._stats})
         fresh, missing = {}, {}
         if todo:
-            results, missing = gather(copies, "statistics", lambda s: (gen, todo, scope), gen, timeout)
+            results, missing = gather(copies, request("statistics", gen, todo, scope), gen, timeout)
             if missing and not allow_partial:
                 raise ShardUnavailableError(missing)
             for j, t in enumerate(todo):
@@ -598,19 +594,28 @@ class ShardedCollection:
 
     @staticmethod
     def _fuse(per_shard, k, c, rrf_k, weights):
-        """Globally merged dense and sparse candidates (c each), fused with RRF as Collection does."""
+        """Globally merged dense and sparse candidates (c each), fused with RRF as Collection does;
+        Hits are made only for the k returned (distance None, as a Collection's hybrid hits)."""
         from vecsift.text import rrf
 
-        dense = _ranked([h for d, _ in per_shard for h in d], c, "dense_rank")
-        sparse = _ranked([h for _, s in per_shard for h in s], c, "sparse_rank")
-        key, by_key = {}, []
-        for h in dense + sparse:
-            if h.id not in key:
-                key[h.id] = len(by_key)
-                by_key.append(h)
-        lists = [np.array([key[h.id] for h in dense], np.int64), np.array([key[h.id] for h in sparse], np.int64)]
+        dense = [d for d, _ in per_shard]
+        sparse = [sp for _, sp in per_shard]
+        key, where = {}, []
+        lists = []
+        for packed in (dense, sparse):
+            order = merged_order(packed, c)
+            keys = []
+            for i, j in order:
+                cols = packed[i]
+                hid = cols[ID][j]
+                if hid not in key:
+                    key[hid] = len(where)
+                    where.append((cols, j))
+                keys.append(key[hid])
+            lists.append(np.array(keys, np.int64))
         ids, fused, ranks = rrf(lists, k=rrf_k, weights=weights, top_n=k, return_ranks=True)
-        return [dataclasses.replace(by_key[i], score=float(f), dense_rank=int(dr) or None, sparse_rank=int(sr) or None)
+        return [hit_of(*where[i], score=float(f), dense_rank=int(dr) or None, sparse_rank=int(sr) or None,
+                       distance=None)
                 for i, f, (dr, sr) in zip(ids.tolist(), fused.tolist(), ranks.tolist())]
 
     # ------------------------------------------------------------------ inspection

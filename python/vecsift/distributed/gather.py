@@ -8,12 +8,55 @@ answered after `hedge` seconds gets a second copy racing it. When the deadline
 passes, a shard with no answer is missing: the search raises
 ShardUnavailableError unless allow_partial=True, in which case the result says
 which shards are missing.
+
+The wire format is lean because a search's fixed cost is Ray's per-call cost
+(bench/bench_ray.py): the driver pickles a request once, (method, args), and
+every copy gets the same bytes as the single argument of `call` (Ray's cost
+grows with the number of arguments, each serialised on its own); a copy answers
+with pickled bytes too, and hits travel as columns (one list per Hit field)
+rather than as Hit objects, which pickle several times slower. The driver turns
+only the hits it returns back into Hit objects.
 """
 from __future__ import annotations
 
+import dataclasses
+import pickle
 import time
 
+from vecsift.collection import Hit
 from vecsift.errors import VecsiftError
+
+HIT_FIELDS = tuple(f.name for f in dataclasses.fields(Hit))
+ID, SCORE = HIT_FIELDS.index("id"), HIT_FIELDS.index("score")
+
+
+def pack_hits(hits) -> tuple:
+    """A list of Hits as columns: one list per Hit field (in HIT_FIELDS order)."""
+    return tuple([getattr(h, f) for h in hits] for f in HIT_FIELDS)
+
+
+def packed_len(cols) -> int:
+    return len(cols[ID])
+
+
+def hit_of(cols, j, **changes) -> Hit:
+    """Hit number j of packed columns, with some fields replaced."""
+    h = Hit(*[c[j] for c in cols])
+    for name, value in changes.items():
+        setattr(h, name, value)
+    return h
+
+
+def merged_order(packed: list, k: int) -> list:
+    """(list number, position) of the k best hits of several packed lists: by score, ties by id."""
+    keys = [(-cols[SCORE][j], cols[ID][j], i, j) for i, cols in enumerate(packed) for j in range(packed_len(cols))]
+    keys.sort()
+    return [(i, j) for _, _, i, j in keys[:k]]
+
+
+def request(method: str, *args) -> bytes:
+    """The one argument of a copy's `call`: made once per phase, sent to every shard."""
+    return pickle.dumps((method, args), protocol=5)
 
 
 class ShardUnavailableError(VecsiftError):
@@ -46,8 +89,9 @@ def _user_error(exc):
     return None
 
 
-def gather(copies: dict, method: str, args_of, gen: int, timeout: float, hedge: float | None = None):
-    """copies: shard -> [actor handles, preferred first]. Returns ({shard: payload}, {shard: reason})."""
+def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | None = None):
+    """Sends req (from request()) to one copy of every shard. copies: shard -> [actor handles,
+    preferred first]. Returns ({shard: payload}, {shard: reason})."""
     import ray
     from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
@@ -64,7 +108,7 @@ def gather(copies: dict, method: str, args_of, gen: int, timeout: float, hedge: 
             return False
         handle = copies[s][nxt[s]]
         nxt[s] += 1
-        inflight[getattr(handle, method).remote(*args_of(s))] = s
+        inflight[handle.call.remote(req)] = s
         return True
 
     for s in copies:
@@ -74,7 +118,7 @@ def gather(copies: dict, method: str, args_of, gen: int, timeout: float, hedge: 
         # the common case in one call: every first copy answers before the hedge time
         refs = list(inflight)
         try:
-            got = ray.get(refs, timeout=max(0.0, hedge_at - time.monotonic()))
+            got = [pickle.loads(b) for b in ray.get(refs, timeout=max(0.0, hedge_at - time.monotonic()))]
         except Exception:  # noqa: BLE001 - a failure or a slow copy: sorted out one by one below
             got = None
         if got is not None and all(g == gen and p is not None for g, p in got):
@@ -90,7 +134,7 @@ def gather(copies: dict, method: str, args_of, gen: int, timeout: float, hedge: 
             if s in results:
                 continue
             try:
-                got_gen, payload = ray.get(ref)
+                got_gen, payload = pickle.loads(ray.get(ref))
             except RayTaskError as exc:
                 err = _user_error(exc)
                 if err is not None:

@@ -5,7 +5,10 @@
 Ray Data reads the files in parallel; map_batches runs the embedding step (a
 function of a list of texts returning an (n, dim) float32 array) and then the
 routing step, which sends each batch's rows straight from the Ray Data worker
-to the shard actors (the driver never holds the rows). Tenants are assigned to
+to the shard actors (the driver never holds the rows). Ray Data needs pandas
+(`ray[data]`); without it (engine="tasks", or "auto" when Ray Data cannot be
+imported) one plain Ray task per file reads it with pyarrow in batches and
+runs the same two steps, so ingest needs nothing beyond Ray and pyarrow. Tenants are assigned to
 shards by the driver first (one pass over the distinct tenants), so every
 worker routes with the same map. Nothing is searchable until the commit at the
 end (commit=False leaves it to the caller); shards log what they receive, so a
@@ -46,32 +49,66 @@ def _router_step(handles, router):
     return run
 
 
+def _ray_data():
+    try:
+        import ray.data
+
+        return ray.data
+    except ImportError:  # Ray Data imports pandas
+        return None
+
+
+def _file_task(ray):
+    @ray.remote
+    def ingest_file(path, filesystem, steps, batch_size):
+        """One Parquet file read in batches, each run through the steps; the rows each shard took."""
+        import pyarrow.parquet as pq
+
+        counts = {}
+        with filesystem.open_input_file(path) as f:
+            for rb in pq.ParquetFile(f).iter_batches(batch_size=batch_size):
+                out = pa.Table.from_batches([rb])
+                for step in steps:
+                    out = step(out)
+                for shard, rows in zip(out["shard"].to_pylist(), out["rows"].to_pylist()):
+                    counts[shard] = counts.get(shard, 0) + rows
+        return counts
+
+    return ingest_file
+
+
 def ingest_parquet(sharded, paths, *, embed=None, text_column: str = "text", batch_size: int = 4096,
-                   commit: bool = True) -> int:
+                   commit: bool = True, engine: str = "auto") -> int:
     """Adds every row of the Parquet file(s) `paths` to `sharded` (a ShardedCollection); returns the row count.
 
-    The files hold Collection.add_table's columns (id, vector or text + embed, tenant, acl, ...)."""
+    The files hold Collection.add_table's columns (id, vector or text + embed, tenant, acl, ...).
+    engine: "data" (Ray Data map_batches; needs pandas, `ray[data]`), "tasks" (one Ray task
+    per file, pyarrow only) or "auto" (Ray Data when it can be imported)."""
+    import pyarrow.dataset as pads
     import ray
 
-    ds = ray.data.read_parquet(paths)
-    names = ds.schema().names
+    if engine not in ("auto", "data", "tasks"):
+        raise ValueError(f"engine must be 'auto', 'data' or 'tasks', got {engine!r}")
+    rd = _ray_data() if engine != "tasks" else None
+    if engine == "data" and rd is None:
+        raise ImportError('ingest_parquet(engine="data") needs Ray Data: pip install "ray[data]" (it needs pandas)')
+    files = pads.dataset(paths, format="parquet")
+    names = files.schema.names
     if "id" not in names:
         raise ValueError("ingest_parquet: the files have no 'id' column")
     if embed is not None:
         if text_column not in names:
             raise ValueError(f"ingest_parquet: embed needs the text column {text_column!r}")
-        ds = ds.map_batches(_with_vectors(embed, text_column, sharded.dim), batch_format="pyarrow",
-                            batch_size=batch_size)
     elif "vector" not in names:
         raise ValueError("ingest_parquet: the files have no 'vector' column (pass embed= to compute it)")
+    steps = [] if embed is None else [_with_vectors(embed, text_column, sharded.dim)]
     with sharded._wlock:
         router = sharded._router
         if router.routing == "tenant" and "tenant" in names:
             import pyarrow.compute as pc
-            import pyarrow.dataset as pads
 
             # one column read on the driver (Ray Data's unique() is a shuffle: far slower)
-            col = pads.dataset(paths, format="parquet").to_table(columns=["tenant"])["tenant"]
+            col = files.to_table(columns=["tenant"])["tenant"]
             tenants = [t for t in pc.unique(col).to_pylist() if t is not None]
             for t in sorted(map(str, tenants)):
                 router.assign(t, sharded._load)  # before any worker routes, so all route alike
@@ -79,11 +116,26 @@ def ingest_parquet(sharded, paths, *, embed=None, text_column: str = "text", bat
                 sharded._pending_tenants = True
         if "acl" in names:
             sharded._pending_acl = True
-        counts = ds.map_batches(_router_step(sharded._primaries, router), batch_format="pyarrow",
-                                batch_size=batch_size).take_all()
-        for c in counts:
-            sharded._load[int(c["shard"])] += int(c["rows"])
-        total = sum(int(c["rows"]) for c in counts)
+        steps.append(_router_step(sharded._primaries, router))
+        if rd is not None:
+            ds = rd.read_parquet(paths)
+            for step in steps:
+                ds = ds.map_batches(step, batch_format="pyarrow", batch_size=batch_size)
+            counts = [(int(c["shard"]), int(c["rows"])) for c in ds.take_all()]
+        else:
+            task = _file_task(ray)
+            refs = [task.remote(f, files.filesystem, steps, batch_size) for f in files.files]
+            try:
+                got = ray.get(refs)
+            except ray.exceptions.RayTaskError as exc:  # bad input (e.g. embed's shape) is the caller's
+                cause = getattr(exc, "cause", None)
+                if isinstance(cause, (ValueError, TypeError)):
+                    raise cause from None
+                raise
+            counts = [(s, n) for per_file in got for s, n in per_file.items()]
+        for s, n in counts:
+            sharded._load[s] += n
+        total = sum(n for _, n in counts)
     if commit:
         sharded.commit()
     return total

@@ -18,9 +18,13 @@ refuse an answer from another generation.
 from __future__ import annotations
 
 import os
+import pickle
 import time
 import zlib
 
+import numpy as np
+
+from vecsift.distributed.gather import pack_hits
 from vecsift.distributed.manifest import committed_generation, fsync_dir, read_json, write_json
 from vecsift.distributed.txnlog import TxnLog
 
@@ -49,29 +53,56 @@ def _open_writer(path, create_args):
 class _Serving:
     """Search methods shared by primaries and replicas (self.col, self.gen, self.calls)."""
 
+    def _warm(self):
+        """Runs each kind of search once before the actor serves: the first BM25 call of a process
+        imports numba and loads (or compiles) its kernels, 0.5 s or far more on a loaded machine,
+        which a search's deadline should not pay, least of all right after a restart."""
+        col = self.col
+        if getattr(self, "_warmed", False) or col is None or len(col) == 0:
+            return
+        self._warmed = True
+        try:
+            stats = col.bm25_statistics(["warm up"])
+            col.search_sparse(["warm up"], statistics=stats, k=1)
+            col.search_sparse(["warm up"], k=1)
+            col.search_batch(np.zeros((1, col.dim), np.float32) + 1, k=1, mode="dense", threads=1)
+        except Exception:  # noqa: BLE001 - only a warm-up: a real search reports its own errors
+            pass
+
     def ping(self):
         return {"gen": self.gen, "pid": os.getpid(), "started": self.started, "calls": self.calls}
 
+    def call(self, req: bytes) -> bytes:
+        """The searching methods behind one bytes argument and one bytes answer (gather.request):
+        the cheapest way through Ray's per-call serialisation."""
+        method, args = pickle.loads(req)
+        if method not in _SEARCHING:
+            raise ValueError(f"not a search method: {method!r}")
+        return pickle.dumps(getattr(self, method)(*args), protocol=5)
+
     def search(self, gen, vectors, texts, k, scope, opts):
-        """Dense or sparse top-k per query: (gen, [[Hit]]). texts come with their global statistics."""
+        """Dense or sparse top-k per query: (gen, [packed hits]). texts come with their global statistics."""
         self.calls += 1
         col = self.col
         if col is None:
             return self.gen, None
         if texts is None:
-            return self.gen, col.search_batch(vectors, k=k, mode="dense", **scope, **opts)
-        qs, stats = texts
-        return self.gen, col.search_sparse(qs, statistics=stats, k=k, **scope)
+            per_query = col.search_batch(vectors, k=k, mode="dense", **scope, **opts)
+        else:
+            qs, stats = texts
+            per_query = col.search_sparse(qs, statistics=stats, k=k, **scope)
+        return self.gen, [pack_hits(h) for h in per_query]
 
     def search_hybrid(self, gen, vectors, texts, c, scope, opts):
-        """Dense and sparse candidate lists (c each) for fusion by the gatherer."""
+        """Dense and sparse candidate lists (c each, packed) for fusion by the gatherer."""
         self.calls += 1
         col = self.col
         if col is None:
             return self.gen, None
         qs, stats = texts
         dense = col.search_batch(vectors, k=c, mode="dense", **scope, **opts)
-        return self.gen, list(zip(dense, col.search_sparse(qs, statistics=stats, k=c, **scope)))
+        sparse = col.search_sparse(qs, statistics=stats, k=c, **scope)
+        return self.gen, [(pack_hits(d), pack_hits(sp)) for d, sp in zip(dense, sparse)]
 
     def statistics(self, gen, texts, scope):
         """BM25 statistics of the query terms within the asker's allowed rows, one dict per text."""
@@ -86,6 +117,9 @@ class _Serving:
     def info(self):
         info = {} if self.col is None else self.col.info()
         return dict(info, cluster_generation=self.gen, pid=os.getpid())
+
+
+_SEARCHING = frozenset({"search", "search_hybrid", "statistics"})
 
 
 class ShardServer(_Serving):
@@ -106,6 +140,7 @@ class ShardServer(_Serving):
             self.log.session = session
         else:
             self._recover(committed)
+        self._warm()
 
     def _recover(self, committed: int, replay_later: bool = True) -> None:
         """Applies the prepared generations the cluster manifest committed, then puts every later
@@ -164,6 +199,7 @@ class ShardServer(_Serving):
             if gen not in prepared:
                 raise RuntimeError(f"shard {self.name}: generation {gen} was never prepared here")
             self._applied(gen, prepared[gen])
+        self._warm()  # the first commit with rows (a no-op after)
         return {"gen": self.gen, "collection_generation": self.col.info()["generation"], "rows": len(self.col)}
 
     # ---- what a replica copies
@@ -196,6 +232,7 @@ class ReplicaServer(_Serving):
         self.gen = -1
         if os.path.exists(os.path.join(self.path, "MANIFEST")):
             self._reopen()
+            self._warm()
 
     def _reopen(self):
         import vecsift
@@ -246,6 +283,7 @@ class ReplicaServer(_Serving):
             os.fsync(f.fileno())
         os.replace(tmp, os.path.join(self.path, "MANIFEST"))  # the copy's commit point
         self._reopen()
+        self._warm()
         for name in os.listdir(self.path):  # files the new MANIFEST no longer names (open maps keep theirs)
             if name not in files and name not in _OWN and not name.endswith(".part"):
                 os.unlink(os.path.join(self.path, name))

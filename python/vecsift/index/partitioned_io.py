@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import zlib
 
@@ -22,7 +23,8 @@ import numpy as np
 from vecsift.errors import CorruptIndexError
 
 MAGIC = b"VSIFTIVF"
-VERSION = 1
+VERSION = 2      # written for RaBitQ-code indexes
+READABLE = (1, 2)  # 1: sign-bit codes (earlier releases; still written for scorer="sign")
 _PRE = struct.Struct("<8sIIII")
 _ALIGN = 4096
 _CRC_STEP = 64 << 20
@@ -40,7 +42,7 @@ def _align(x: int) -> int:
     return (x + _ALIGN - 1) // _ALIGN * _ALIGN
 
 
-def write(path, meta: dict, sections: dict) -> None:
+def write(path, meta: dict, sections: dict, version: int = VERSION) -> None:
     """Writes meta and the named arrays to path (temp file, fsync, rename)."""
     path = os.fspath(path)
     table = {}
@@ -58,7 +60,7 @@ def write(path, meta: dict, sections: dict) -> None:
         raise ValueError("index header does not fit its reserved space")
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
-        f.write(_PRE.pack(MAGIC, VERSION, len(header), zlib.crc32(header) & 0xFFFFFFFF, 0))
+        f.write(_PRE.pack(MAGIC, version, len(header), zlib.crc32(header) & 0xFFFFFFFF, 0))
         f.write(header)
         for name, arr in arrays.items():
             f.seek(table[name][0])
@@ -94,8 +96,9 @@ def read(path, verify: str = "index", skip_crc=("vectors",)):
             magic, version, hlen, hcrc, _ = _PRE.unpack(pre)
             if magic != MAGIC:
                 raise CorruptIndexError(f"{path}: not a vecsift IVF index file")
-            if version != VERSION:
-                raise CorruptIndexError(f"{path}: IVF format version {version}, this vecsift reads {VERSION}")
+            if version not in READABLE:
+                raise CorruptIndexError(f"{path}: IVF format version {version}, this vecsift reads "
+                                        f"{', '.join(map(str, READABLE))}")
             header = f.read(hlen)
     except FileNotFoundError:
         raise
@@ -106,12 +109,15 @@ def read(path, verify: str = "index", skip_crc=("vectors",)):
     try:
         meta = json.loads(header)
         table = meta.pop("sections")
-    except (ValueError, KeyError):
+        meta["_version"] = version
+    except (ValueError, KeyError, TypeError, AttributeError):  # not JSON, or not an object with sections
         raise CorruptIndexError(f"{path}: header is not valid") from None
+    if not isinstance(meta, dict) or not isinstance(table, dict):
+        raise CorruptIndexError(f"{path}: header is not valid")
     arrays = {}
-    for name, (offset, nbytes, dtype, shape, crc) in table.items():
-        dt = np.dtype(dtype)
-        count = int(np.prod(shape)) if shape else 1
+    for name, sec in table.items():
+        offset, nbytes, dt, shape, crc = _section(path, name, sec)
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
         if offset < 0 or offset + nbytes > size or count * dt.itemsize != nbytes:
             raise CorruptIndexError(f"{path}: section {name!r} is truncated or malformed")
         arr = (np.memmap(path, mode="r", dtype=dt, offset=offset, shape=tuple(shape)) if nbytes
@@ -121,3 +127,26 @@ def read(path, verify: str = "index", skip_crc=("vectors",)):
                 raise CorruptIndexError(f"{path}: checksum mismatch in section {name!r}")
         arrays[name] = arr
     return meta, arrays
+
+
+_DTYPE = re.compile(r"[<>|=][biuf][1248]")
+
+
+def _is_count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 62
+
+
+def _section(path, name, sec):
+    """(offset, nbytes, dtype, shape, crc) of a section table entry; CorruptIndexError unless each is of
+    the kind write() records (plain numeric dtypes only: the bytes are mapped as that type)."""
+    try:
+        offset, nbytes, dtype, shape, crc = sec
+    except (TypeError, ValueError):
+        offset = nbytes = dtype = shape = crc = None
+    # only the strings write() records reach np.dtype, which would parse anything (even with ast)
+    dt = np.dtype(dtype) if isinstance(dtype, str) and _DTYPE.fullmatch(dtype) else None
+    if (dt is None or dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None
+            or not _is_count(offset) or not _is_count(nbytes) or not isinstance(shape, list)
+            or len(shape) > 4 or not all(_is_count(d) and d < 1 << 40 for d in shape) or not _is_count(crc)):
+        raise CorruptIndexError(f"{path}: section {name!r} has a malformed table entry")
+    return offset, nbytes, dt, tuple(shape), crc

@@ -1,4 +1,4 @@
-"""The `vecsift` command: bench, tune, build, search, info, verify.
+"""The `vecsift` command: bench, tune, build, search, info, verify, audit.
 
 User mistakes (bad path, wrong dimension, bad option) print one line on
 stderr and exit with status 2; a traceback means a bug in vecsift.
@@ -140,18 +140,91 @@ def cmd_search(args) -> int:
 
 def cmd_info(args) -> int:
     import json
-    from vecsift.collection.collection import open as open_collection
-    coll = open_collection(args.dir, readonly=True)
-    try:
-        info = coll.info()
-    finally:
-        coll.close()
+    import os
+    if os.path.isfile(args.dir):  # a saved IVFIndex file: parameters and partition balance
+        from vecsift.index.partitioned import describe
+        info = describe(args.dir)
+    else:
+        from vecsift.collection.collection import open as open_collection
+        coll = open_collection(args.dir, readonly=True)
+        try:
+            info = coll.info()
+        finally:
+            coll.close()
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
     for key, value in info.items():
         print(f"{key:<18} {value}")
     return 0
+
+
+def _since(text: str) -> float:
+    """--since: unix seconds, an ISO date / datetime (UTC unless it says), or an age: 30s, 15m, 2h, 7d."""
+    import datetime as dt
+    import re
+    import time
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", text.strip())
+    if m:
+        return time.time() - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"--since {text!r}: expected unix seconds, an ISO date or time, or an age like 2h") from None
+    return (when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)).timestamp()
+
+
+def _audit_line(r: dict) -> str:
+    import datetime as dt
+    when = dt.datetime.fromtimestamp(r.get("t", 0), dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if "event" in r:
+        return f"{when} #{r['seq']} event {r['event']} {r.get('file', '')}"
+    groups = ",".join(map(str, r.get("groups") or [])) or "-"
+    ids = r.get("ids") or []
+    if r.get("op") == "get":
+        ids = [ids]
+    shown = " | ".join(",".join(map(str, q)) for q in ids) if isinstance(ids, list) else str(ids)
+    k = "" if r.get("k") is None else f" k={r['k']}"
+    line = (f"{when} #{r['seq']} {r.get('op')} {r.get('mode')}{k} tenant={r.get('tenant') or '-'} "
+            f"groups={groups} ms={r.get('ms')} ids={shown or '-'}")
+    if r.get("where") is not None:
+        line += f" where={r['where']}"
+    if r.get("error"):
+        line += f" error={r['error']!r}"
+    return line
+
+
+def cmd_audit(args) -> int:
+    import json
+    import os
+    from vecsift.collection.audit import read_log
+    if not os.path.isdir(args.dir):
+        raise FileNotFoundError(f"{args.dir}: no such directory")
+    rep = read_log(args.dir)
+    if not rep.files:
+        raise ValueError(f"{args.dir}: no audit log (enable it with Collection.set_audit)")
+    since = _since(args.since) if args.since is not None else None
+    shown = 0
+    if not args.verify:
+        for r in rep.records:
+            if since is not None and r.get("t", 0) < since:
+                continue
+            if args.tenant is not None and r.get("tenant") != args.tenant:
+                continue
+            print(json.dumps(r, separators=(",", ":")) if args.json else _audit_line(r))
+            shown += 1
+    for w in rep.warnings:
+        print(f"vecsift audit: warning: {w}", file=sys.stderr)
+    for e in rep.errors:
+        print(f"vecsift audit: CORRUPT: {e}", file=sys.stderr)
+    state = "chain and checksums verified" if rep.ok else f"{len(rep.errors)} problem(s): the log is corrupt"
+    print(f"vecsift audit: {len(rep.records)} records in {len(rep.files)} files ({rep.files[0]} .. "
+          f"{rep.files[-1]}), {shown} shown; {state}", file=sys.stderr)
+    return 0 if rep.ok else 1
 
 
 def cmd_verify(args) -> int:
@@ -174,7 +247,30 @@ def cmd_verify(args) -> int:
     return 0
 
 
+def _tune_ivf(args) -> int:
+    import numpy as np
+    from vecsift.index.partitioned import IVFIndex, tuning_queries
+    from vecsift.tools.tune import tune
+    rows = np.load(args.vectors, mmap_mode="r") if args.vectors else None
+    index = IVFIndex.open(args.dir, vectors=rows)
+    q, truth = tuning_queries(index, k=args.k, sample=args.sample, seed=args.seed,
+                              queries=np.load(args.queries) if args.queries else None)
+    result = tune(lambda p: index.search(q, args.k, nprobe=p)[0], truth, args.k, args.target_recall, 1, index.nlist)
+    print(f"{'nprobe':>10} {'recall@' + str(args.k):>10} {'lower 95%':>10}")
+    for param, mean, low in sorted(result.curve):
+        print(f"{param:>10} {mean:>10.4f} {low:>10.4f}")
+    if result.param is None:
+        raise ValueError(f"no nprobe up to {index.nlist} reaches recall {args.target_recall}")
+    index.nprobe = result.param
+    index.save(args.dir, include_vectors=rows is None)  # new file, renamed over the old one
+    print(f"chosen nprobe={result.param} (stored as the index's default)")
+    return 0
+
+
 def cmd_tune(args) -> int:
+    import os
+    if os.path.isfile(args.dir):
+        return _tune_ivf(args)
     from vecsift.collection.collection import open as open_collection
     from vecsift.tools.tune_collection import tune_collection
     coll = open_collection(args.dir)
@@ -217,8 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=cmd_bench)
 
-    t = sub.add_parser("tune", help="find the smallest ef / oversample reaching a recall target")
-    t.add_argument("dir", help="collection directory")
+    t = sub.add_parser("tune", help="find the smallest ef / oversample (IVF file: nprobe) reaching a recall target")
+    t.add_argument("dir", help="collection directory, or a saved IVFIndex file (tunes nprobe)")
+    t.add_argument("--vectors", default=None, help="IVF file saved without rows: the float32 rows (.npy)")
     t.add_argument("--target-recall", type=float, default=0.95)
     t.add_argument("--k", type=int, default=10)
     t.add_argument("--sample", type=int, default=500, help="collection rows used as queries")
@@ -253,10 +350,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_search)
 
-    i = sub.add_parser("info", help="print a collection's manifest summary")
-    i.add_argument("dir")
+    i = sub.add_parser("info", help="print a collection's manifest summary (IVF file: lists and balance)")
+    i.add_argument("dir", help="collection directory, or a saved IVFIndex file")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_info)
+
+    a = sub.add_parser("audit", help="print and verify a collection's audit log (exit 1 if it is corrupt)")
+    a.add_argument("dir", help="collection directory")
+    a.add_argument("--since", default=None, help="records from: unix seconds, ISO date/time (UTC), or an age (2h, 7d)")
+    a.add_argument("--tenant", default=None, help="only this tenant's searches")
+    a.add_argument("--json", action="store_true", help="one JSON object a line")
+    a.add_argument("--verify", action="store_true", help="verify only, print no records")
+    a.set_defaults(func=cmd_audit)
 
     v = sub.add_parser("verify", help="read every file of a collection and check it against the manifest")
     v.add_argument("dir")
