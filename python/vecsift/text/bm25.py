@@ -42,7 +42,6 @@ import json
 import os
 from math import log1p
 import threading
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -51,11 +50,15 @@ from pyroaring import FrozenBitMap
 from vecsift._arrays import check_cells, check_k, check_threads
 from vecsift.allow import allow_arrays
 from vecsift.errors import CorruptIndexError
+from vecsift.storage.checksum import CRC32C, ZLIB, update
 from vecsift.text.tokenize import Tokenizer
 
 _MAGIC = b"VSBM25\r\n"
 _END = b"VSBM25END"
-_VERSION = 1
+# Version 2: the trailer is a CRC-32C (the one checksum of every file vecsift writes, storage/checksum.py);
+# version 1 files (zlib crc32 trailer) are still read.
+_VERSION = 2
+_TRAILER_ALGO = {1: ZLIB, 2: CRC32C}
 _EMPTY_PTR = np.zeros(1, np.int64)
 _EMPTY_I32 = np.zeros(0, np.int32)
 
@@ -575,7 +578,7 @@ class BM25Index:
         with open(path, "wb") as f:
             for p in parts:
                 f.write(p)
-                crc = zlib.crc32(p, crc)
+                crc = update(CRC32C, p, crc)
             f.write(np.uint32(crc).tobytes() + _END)
             f.flush()
             os.fsync(f.fileno())
@@ -599,10 +602,10 @@ class BM25Index:
         if not data.endswith(_END):
             raise bad("truncated: end marker missing")
         version = int(np.frombuffer(data, "<u4", 1, len(_MAGIC))[0])
-        if version != _VERSION:
-            raise bad(f"format version {version}, this vecsift reads version {_VERSION}")
+        if version not in _TRAILER_ALGO:
+            raise bad(f"format version {version}, this vecsift reads versions {sorted(_TRAILER_ALGO)}")
         crc = int(np.frombuffer(data, "<u4", 1, len(data) - tail)[0])
-        if zlib.crc32(memoryview(data)[: len(data) - tail]) != crc:
+        if update(_TRAILER_ALGO[version], memoryview(data)[: len(data) - tail]) != crc:
             raise bad("checksum mismatch")
         hlen = int(np.frombuffer(data, "<u4", 1, len(_MAGIC) + 4)[0])
         off = len(_MAGIC) + 8

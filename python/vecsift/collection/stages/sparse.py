@@ -8,7 +8,7 @@ that are not allowed, are never scored, and BM25's statistics (N, avgdl, df)
 are those of the allowed rows (statistics="allowed"): a tenant's scores are
 what an index of only its own visible chunks would give. The index file is
 rewritten whole at each commit that changed it (bm25-G.bin) and its CRC-32C kept
-in the manifest (the file keeps its own zlib trailer, text/bm25.py).
+in the manifest (the file has its own CRC-32C trailer too, text/bm25.py).
 """
 from __future__ import annotations
 
