@@ -2,10 +2,11 @@
 
 Data: PyPI MiniLM (100k x 384 base rows, 1k held-out queries; /work/shared/data/pypi-minilm), a default
 index="bq" collection (2-bit quantised codes, rescoring from the float32 rows). Each round opens the
-collection read-only afresh (so the bitmap of verified blocks starts empty), runs every query once, one at a
-time, k=10, and then a second time (by then most blocks are verified: the steady state). Rounds alternate
-checked / unchecked; "unchecked" strips the block checks from the open collection (the state of a
-collection written before them). Reported: medians over rounds, and the checked/unchecked ratio.
+collection read-only twice afresh (so the bitmap of verified blocks starts empty), strips one of its block
+checks (the state of a collection written before them), and runs every query once on each, one at a time,
+k=10, in alternating turns of 50 queries (a shared machine's drift then hits both alike), then a second
+time (by then the blocks are verified: the steady state). Reported: median QPS over rounds, and the median
+of the per-round checked/unchecked ratios.
 
     flock /tmp/vecsift-bench.lock python bench/bench_checked_rows.py --rounds 5
     flock /tmp/vecsift-bench.lock python bench/bench_checked_rows.py --hnsw-dir DIR   # first-search cost
@@ -81,6 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--turn", type=int, default=50, help="queries per turn of each collection")
     ap.add_argument("--dir", default=None, help="reuse / keep the collection here")
     ap.add_argument("--hnsw-dir", help="also time the first search of a read-only hnsw collection (which "
                     "reads the mapped graph in full first) against the next ones, and exit")
@@ -102,37 +104,70 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         build(path, base)
         print(f"built {args.rows} x {base.shape[1]} bq collection in {time.perf_counter() - t0:.1f} s")
-    res = {m: {"first": [], "second": []} for m in ("checked", "unchecked")}
-    ident = True
+    # Each round: two fresh read-only opens of the same directory, one stripped of its checks, searched
+    # in turns of `--turn` queries (so drift of a shared machine hits both alike); every query once, then
+    # a second time. The ratio is taken per round, then the median over rounds.
+    ratios = {"first": [], "second": []}
+    cpu_ratios = {"first": [], "second": []}
+    qps_of = {m: {"first": [], "second": []} for m in ("checked", "unchecked")}
+    cpu_of = {m: {"first": [], "second": []} for m in ("checked", "unchecked")}
+    ident, left, total = True, None, None
     for r in range(args.rounds):
-        for mode in (("checked", "unchecked") if r % 2 == 0 else ("unchecked", "checked")):
-            c = vecsift.open(path, readonly=True)
-            if mode == "unchecked":
-                unchecked(c)
+        cols = {"checked": vecsift.open(path, readonly=True), "unchecked": vecsift.open(path, readonly=True)}
+        unchecked(cols["unchecked"])
+        for c in cols.values():
             c.search(queries[0], k=args.k)  # warm the code path (numba, allocators), not the blocks
-            res[mode]["first"].append(qps(c, queries, args.k))
-            res[mode]["second"].append(qps(c, queries, args.k))
-            if mode == "checked":
-                checks = c.snapshot().vectors.checks
-                left = checks.left
-            if r == 0:
-                ids = [[h.id for h in c.search(q, k=args.k)] for q in queries[:50]]
-                if mode == "checked":
-                    ref = ids
-                else:
-                    ident = ident and ids == ref
+        order = ("checked", "unchecked") if r % 2 == 0 else ("unchecked", "checked")
+        for p in ("first", "second"):
+            spent = {m: 0.0 for m in cols}
+            cpu = {m: 0.0 for m in cols}
+            for s in range(0, len(queries), args.turn):
+                for m in order:
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    for q in queries[s:s + args.turn]:
+                        cols[m].search(q, k=args.k)
+                    spent[m] += time.perf_counter() - t0
+                    cpu[m] += time.process_time() - c0
+            for m in cols:
+                qps_of[m][p].append(len(queries) / spent[m])
+                cpu_of[m][p].append(1e6 * cpu[m] / len(queries))
+            ratios[p].append(spent["unchecked"] / spent["checked"])
+            cpu_ratios[p].append(cpu["unchecked"] / cpu["checked"])
+        checks = cols["checked"].snapshot().vectors.checks
+        left, total = checks.left, len(checks.crcs)
+        if r == 0:
+            ident = all([h.id for h in cols["checked"].search(q, k=args.k)] ==
+                        [h.id for h in cols["unchecked"].search(q, k=args.k)] for q in queries[:100])
+        for c in cols.values():
             c.close()
-    med = {m: {p: statistics.median(v) for p, v in d.items()} for m, d in res.items()}
-    print(f"{args.rows} x {base.shape[1]} bq, {args.queries} queries one at a time, k={args.k}, "
-          f"{args.rounds} rounds, median QPS (checked blocks left unverified after a round: {left} of "
-          f"{len(checks.crcs)})")
-    print(f"{'pass':<28}{'unchecked':>12}{'checked':>12}{'ratio':>8}{'drop':>8}")
+    print(f"{args.rows} x {base.shape[1]} bq, {args.queries} queries one at a time, k={args.k}, {args.rounds} "
+          f"rounds, turns of {args.turn} queries; blocks left unverified after a round: {left} of {total}")
+    print(f"{'pass':<28}{'unchecked':>10}{'checked':>10}{'ratio':>8}{'drop':>8}   (QPS medians; ratio: median "
+          f"of per-round checked/unchecked)")
     for p, label in (("first", "first pass after open"), ("second", "second pass (steady state)")):
-        u, ch = med["unchecked"][p], med["checked"][p]
-        print(f"{label:<28}{u:>12.0f}{ch:>12.0f}{ch / u:>8.3f}{100 * (1 - ch / u):>7.1f}%")
+        u, ch = statistics.median(qps_of["unchecked"][p]), statistics.median(qps_of["checked"][p])
+        ratio = statistics.median(ratios[p])
+        print(f"{label:<28}{u:>10.0f}{ch:>10.0f}{ratio:>8.3f}{100 * (1 - ratio):>7.1f}%")
+    print("CPU time per query (process time, all threads; what a busy shared machine distorts least):")
+    print(f"{'pass':<28}{'unchecked':>10}{'checked':>10}{'ratio':>8}{'drop':>8}   (us/query medians; ratio of QPS)")
+    for p, label in (("first", "first pass after open"), ("second", "second pass (steady state)")):
+        u, ch = statistics.median(cpu_of["unchecked"][p]), statistics.median(cpu_of["checked"][p])
+        ratio = statistics.median(cpu_ratios[p])
+        print(f"{label:<28}{u:>10.0f}{ch:>10.0f}{ratio:>8.3f}{100 * (1 - ratio):>7.1f}%")
     print(f"same results checked vs unchecked: {ident}")
-    for m in res:
-        print(m, {p: [round(v) for v in vs] for p, vs in res[m].items()})
+    costs = []
+    for _ in range(3):
+        c = vecsift.open(path, readonly=True)
+        t0 = time.perf_counter()
+        c.snapshot().vectors.checks.all()
+        costs.append(time.perf_counter() - t0)
+        c.close()
+    mb = total * 64 / 1024
+    print(f"checking every block once (the most a process ever pays per file): {1e3 * statistics.median(costs):.0f} ms "
+          f"for {mb:.0f} MiB (page cache warm, median of 3)")
+    print("per-round ratios, wall:", {p: [round(v, 3) for v in vs] for p, vs in ratios.items()})
+    print("per-round ratios, cpu: ", {p: [round(v, 3) for v in vs] for p, vs in cpu_ratios.items()})
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     if tmp:
         tmp.cleanup()
     return 0

@@ -25,6 +25,20 @@ All libraries: M=16, ef_construction=200, inner product on the normalised rows.
 
 --quick: 60k base rows, 200 queries, fewer ef points, one rep (for iterating).
 numpy matmul (OpenBLAS) is part of the brute-force figures.
+
+384-d and the int8-code walk (issue 11), sweep only:
+
+    flock /tmp/vecsift-bench.lock python bench/bench_hnsw.py --data minilm --sweep-only \
+        --libs vecsift,vecsift-int8,hnswlib,faiss-rabitq --efc 200 --reps 3
+
+--data minilm: /work/shared/data/pypi-minilm, rows 0..99,999 the base, the
+1,000 held-out rows the queries (--n / --nq to shrink). vecsift-int8 is
+HNSWIndex(codes="int8") (walk on int8 codes, the beam rescored with float32
+rows); faiss-rabitq is IndexHNSWRaBitQ (4-bit codes, L2 on the unit rows, the
+same ranking as ip) wrapped in IndexRefineFlat (k_factor --refine, 1 = only
+re-order the k found). The summary reads single-thread QPS at recall 0.95
+(linear in recall between the two ef points around it, log QPS) and the
+resident bytes per vector of the graph the walk reads.
 """
 from __future__ import annotations
 
@@ -55,6 +69,16 @@ def load_glove(n_queries=1000, seed=0):
     return np.ascontiguousarray(x[keep]), np.ascontiguousarray(x[qi])
 
 
+def load_minilm(n=100_000, nq=1000):
+    x = np.load("/work/shared/data/pypi-minilm/vectors.f16.npy").astype(np.float32)
+    x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    return np.ascontiguousarray(x[:n]), np.ascontiguousarray(x[100_000:100_000 + nq])
+
+
+EFC = 200
+REFINE = 1
+
+
 def recall(found, truth):
     return float(np.mean([len(set(f[f >= 0]) & set(t)) / K for f, t in zip(found, truth)]))
 
@@ -62,10 +86,24 @@ def recall(found, truth):
 # ------------------------------------------------------------------ libraries
 class Vecsift:
     name = "vecsift"
+    codes = "float32"
 
     def build(self, x, threads):
-        self.index = vecsift.HNSWIndex(x.shape[1], "cosine", m=16, ef_construction=200)
+        self.index = vecsift.HNSWIndex(x.shape[1], "cosine", m=16, ef_construction=EFC, codes=self.codes)
         self.index.add(x, threads=threads)
+
+    def save(self, path):
+        self.index.save(path)
+
+    def load(self, path):
+        self.index = vecsift.HNSWIndex.load(path)
+
+    def resident_per_vector(self):
+        """Bytes per vector of what a walk reads (graph, labels, state): the float32 rows of codes mode,
+        read only for rescoring (mapped from the file), are left out and reported apart."""
+        ix = self.index
+        rows = ix._g.row_bytes if ix.codes != "float32" else 0
+        return (ix.nbytes - rows) / len(ix), rows / len(ix)
 
     def set_ef(self, ef):
         self.ef = ef
@@ -77,19 +115,34 @@ class Vecsift:
         return self.index.search(qs, K, ef=self.ef, threads=0)[0]
 
 
+class VecsiftInt8(Vecsift):
+    name = "vecsift-int8"
+    codes = "int8"
+
+
 class Hnswlib:
     name = "hnswlib"
 
     def build(self, x, threads):
         import hnswlib
 
+        self.dim = x.shape[1]
         self.index = hnswlib.Index("ip", x.shape[1])
-        self.index.init_index(len(x), 16, 200, 0)
+        self.index.init_index(len(x), 16, EFC, 0)
         self.index.set_num_threads(threads)
         self.index.add_items(x, np.arange(len(x)))
 
     def set_ef(self, ef):
         self.index.set_ef(ef)
+
+    def save(self, path):
+        self.index.save_index(path)
+
+    def load(self, path):
+        import hnswlib
+
+        self.index = hnswlib.Index("ip", self.dim)
+        self.index.load_index(path)
 
     def one(self, q):
         self.index.set_num_threads(1)
@@ -109,7 +162,7 @@ class Faiss:
         self.faiss = faiss
         faiss.omp_set_num_threads(threads)
         self.index = faiss.IndexHNSWFlat(x.shape[1], 16, faiss.METRIC_INNER_PRODUCT)
-        self.index.hnsw.efConstruction = 200
+        self.index.hnsw.efConstruction = EFC
         self.index.add(x)
 
     def set_ef(self, ef):
@@ -124,13 +177,43 @@ class Faiss:
         return self.index.search(qs, K)[1]
 
 
+class FaissRabitq(Faiss):
+    name = "faiss-rabitq"
+
+    def build(self, x, threads):
+        import faiss
+
+        self.faiss = faiss
+        faiss.omp_set_num_threads(threads)
+        self.hnsw = faiss.IndexHNSWRaBitQ(x.shape[1], 16, 4, faiss.METRIC_L2)  # unit rows: l2 ranks as ip
+        self.hnsw.hnsw.efConstruction = EFC
+        self.index = faiss.IndexRefineFlat(self.hnsw)
+        self.index.k_factor = REFINE
+        self.index.train(x)
+        self.index.add(x)
+
+    def set_ef(self, ef):
+        self.hnsw.hnsw.efSearch = ef
+
+    def save(self, path):
+        self.faiss.write_index(self.index, path)
+
+    def load(self, path):
+        import faiss
+
+        self.faiss = faiss
+        self.index = faiss.read_index(path)  # an IndexRefineFlat (kept: a downcast proxy alone would free it)
+        self.index.k_factor = REFINE
+        self.hnsw = faiss.downcast_index(self.index.base_index)
+
+
 class Usearch:
     name = "usearch"
 
     def build(self, x, threads):
         from usearch.index import Index
 
-        self.index = Index(ndim=x.shape[1], metric="ip", dtype="f32", connectivity=16, expansion_add=200)
+        self.index = Index(ndim=x.shape[1], metric="ip", dtype="f32", connectivity=16, expansion_add=EFC)
         self.index.add(np.arange(len(x)), x, threads=threads)
 
     def set_ef(self, ef):
@@ -144,10 +227,19 @@ class Usearch:
 
 
 # ------------------------------------------------------------------ timing
-def time_one_at_a_time(fn, qs):
-    t0 = time.perf_counter()
+CPU_QPS = {}  # (lib, ef) -> queries per CPU second of each pass (single-thread sweep)
+
+
+def time_one_at_a_time(fn, qs, cpu_key=None):
+    """Queries/s of wall time; with cpu_key also records queries per second of this process's CPU time
+    (every engine runs one thread here, so that is its work per query, without the time the process
+    waited for a core on a shared machine)."""
+    c0, t0 = time.process_time(), time.perf_counter()
     out = [fn(q) for q in qs]
-    return len(qs) / (time.perf_counter() - t0), out
+    t1, c1 = time.perf_counter(), time.process_time()
+    if cpu_key is not None:
+        CPU_QPS.setdefault(cpu_key, []).append(len(qs) / max(c1 - c0, 1e-9))
+    return len(qs) / (t1 - t0), out
 
 
 def sweep(libs, qs, truth, efs, reps):
@@ -161,7 +253,7 @@ def sweep(libs, qs, truth, efs, reps):
             time_one_at_a_time(lib.one, qs[:50])
         for _ in range(reps):
             for lib in libs:
-                qps, out = time_one_at_a_time(lib.one, qs)
+                qps, out = time_one_at_a_time(lib.one, qs, cpu_key=(lib.name, ef))
                 single[lib.name].append(qps)
                 found[lib.name] = np.vstack([np.asarray(o).reshape(1, -1) for o in out]).astype(np.int64)
         for lib in libs:
@@ -170,10 +262,11 @@ def sweep(libs, qs, truth, efs, reps):
             bqps = len(qs) / (time.perf_counter() - t0)
             row = dict(lib=lib.name, ef=ef, recall=recall(found[lib.name], truth),
                        recall_batch=recall(np.asarray(bfound), truth),
-                       qps_single=float(np.median(single[lib.name])), qps_batch=bqps)
+                       qps_single=float(np.median(single[lib.name])), qps_batch=bqps,
+                       qps_cpu=float(np.median(CPU_QPS[(lib.name, ef)])))
             rows.append(row)
             print(f"  ef={ef:4d} {lib.name:8s} recall={row['recall']:.4f} single={row['qps_single']:9.0f} q/s"
-                  f"  batch={bqps:9.0f} q/s", flush=True)
+                  f"  cpu={row['qps_cpu']:9.0f} q/cpu-s  batch={bqps:9.0f} q/s", flush=True)
     return rows
 
 
@@ -256,6 +349,40 @@ def crossover(vs, qs, n, efs, reps):
     return rows
 
 
+def at_recall(rows, name, target=0.95, key="qps_single"):
+    """Single-thread QPS (`key`) of `name` at recall `target`: linear in recall between the sweep points
+    around it (log QPS); None if never reached. Returns (qps, ef label)."""
+    pts = sorted((r for r in rows if r["lib"] == name), key=lambda r: r["ef"])
+    for a, b in zip(pts, pts[1:]):
+        if a["recall"] < target <= b["recall"]:
+            w = (target - a["recall"]) / (b["recall"] - a["recall"])
+            return float(np.exp((1 - w) * np.log(a[key]) + w * np.log(b[key]))), f"ef {a['ef']}-{b['ef']}"
+    if pts and pts[0]["recall"] >= target:
+        return pts[0][key], f"ef {pts[0]['ef']} (first point)"
+    return None, "not reached"
+
+
+def sweep_summary(rows, by, builds, target=0.95):
+    out = {}
+    for key, unit in (("qps_single", "q/s (wall)"), ("qps_cpu", "q per CPU second")):
+        print(f"\nsingle-thread {unit} at recall@10 = {target} (interpolated), same run:")
+        q = out[key] = {}
+        for name in by:
+            q[name], how = at_recall(rows, name, target, key)
+            print(f"  {name:13s} {'-' if q[name] is None else f'{q[name]:8.0f}'}  ({how}), build {builds[name]:.1f} s")
+        for a in ("vecsift-int8", "vecsift"):
+            if q.get(a):
+                for b in by:
+                    if b != a and q.get(b):
+                        print(f"  {a} / {b} = {q[a] / q[b]:.2f}")
+    for name in ("vecsift", "vecsift-int8"):
+        if name in by:
+            walk, rows_b = by[name].resident_per_vector()
+            print(f"  {name:13s} resident bytes/vector read by the walk: {walk:.0f} (record {by[name].index.record_bytes})"
+                  + (f"; float32 rows for rescoring (mapped, cold) {rows_b:.0f}" if rows_b else ""))
+    return out
+
+
 def plot(rows, frows, path, n):
     import matplotlib
 
@@ -324,13 +451,23 @@ def main():
     ap.add_argument("--libs", default="vecsift,hnswlib,faiss,usearch")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--png", default="docs/hnsw_glove.png")
+    ap.add_argument("--data", default="glove", choices=["glove", "minilm"])
+    ap.add_argument("--n", type=int, default=100_000, help="--data minilm: base rows")
+    ap.add_argument("--nq", type=int, default=1000, help="--data minilm: queries")
+    ap.add_argument("--efc", type=int, default=200)
+    ap.add_argument("--refine", type=int, default=1, help="faiss-rabitq IndexRefineFlat k_factor")
+    ap.add_argument("--efs", default=None, help="comma-separated ef sweep")
+    ap.add_argument("--sweep-only", action="store_true", help="build + unfiltered sweep + summary only")
+    ap.add_argument("--cache", default=None, help="directory to keep built indexes in and reuse (build time kept)")
     ap.add_argument("--build-only", action="store_true",
                     help="only build times: --reps interleaved builds per library, medians")
     args = ap.parse_args()
+    global EFC, REFINE
+    EFC, REFINE = args.efc, args.refine
     if args.build_only:
         return build_only(args)
 
-    base, qs = load_glove()
+    base, qs = load_glove() if args.data == "glove" else load_minilm(args.n, args.nq)
     efs = [10, 20, 40, 80, 160, 320, 640]
     fefs = [10, 20, 40, 80, 160, 320, 640]
     cefs = [64, 160]
@@ -338,23 +475,46 @@ def main():
     if args.quick:
         base, qs = base[:60_000], qs[:200]
         efs, fefs, cefs, reps, n_callback = [20, 80, 160, 320], [40, 160], [64], 1, 20
+    if args.efs:
+        efs = [int(e) for e in args.efs.split(",")]
     truth, _ = vecsift.exact_search(base, qs, K, "ip")
     chk = np.argsort(-(base @ qs[:20].T), axis=0)[:K].T
     assert recall(truth[:20], chk) >= 0.999, "exact_search disagrees with numpy"
     print(f"base {base.shape}, queries {qs.shape}, cpu {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} threads, vecsift {vecsift.cpu_features()['level']}", flush=True)
 
-    classes = {c.name: c for c in (Vecsift, Hnswlib, Faiss, Usearch)}
+    classes = {c.name: c for c in (Vecsift, VecsiftInt8, Hnswlib, Faiss, FaissRabitq, Usearch)}
     libs = [classes[n]() for n in args.libs.split(",")]
     builds = {}
     for lib in libs:
+        cached = None
+        if args.cache and hasattr(lib, "load"):
+            os.makedirs(args.cache, exist_ok=True)
+            cached = os.path.join(args.cache, f"{args.data}-{len(base)}-m16-efc{EFC}-{lib.name}.idx")
+            if os.path.exists(cached):
+                lib.dim = base.shape[1]
+                lib.load(cached)
+                builds[lib.name] = json.loads(Path(cached + ".json").read_text())["build_s"]
+                print(f"loaded {lib.name} from {cached} (built in {builds[lib.name]:.1f} s)", flush=True)
+                continue
         t0 = time.perf_counter()
         lib.build(base, threads=2)
         builds[lib.name] = time.perf_counter() - t0
         print(f"build {lib.name:8s} {builds[lib.name]:7.1f} s (2 threads)", flush=True)
+        if cached:
+            lib.save(cached)
+            Path(cached + ".json").write_text(json.dumps({"build_s": builds[lib.name]}))
 
     rows = sweep(libs, qs, truth, efs, reps)
     by = {lib.name: lib for lib in libs}
+    if args.sweep_only:
+        q = sweep_summary(rows, by, builds)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"bench_hnsw_{args.data}_sweep.json").write_text(json.dumps(dict(
+            machine=platform.platform(), cpu=vecsift.cpu_features(), n=len(base), nq=len(qs), efc=EFC,
+            builds=builds, sweep=rows, qps_at_095=q), indent=1))
+        return
     tenant = np.random.default_rng(1).integers(0, 100, len(base))
     frows = crossrows = []
     if "vecsift" in by and "faiss" in by:

@@ -152,7 +152,8 @@ def part_search(pg, args, results):
     out = Path(tempfile.mkdtemp(prefix="vs-pgbench-", dir=args.tmp))
     t0 = time.perf_counter()
     rep = import_pg(pg.dsn, "pypi", id="id", vector="emb", metadata=["tenant", "bucket"], out=out / "hnsw",
-                    index="hnsw", m=args.m, ef_construction=args.efc, progress=False)
+                    index="hnsw", m=args.m, ef_construction=args.efc, progress=False,
+                    **({"codes": args.hnsw_codes} if args.hnsw_codes != "float32" else {}))
     vs_build = time.perf_counter() - t0
     log(f"vecsift import_pg + hnsw build + commit {vs_build:.1f} s ({rep.rows} rows)")
     coll = vecsift.open(out / "hnsw", readonly=True)
@@ -328,6 +329,8 @@ def main():
     ap.add_argument("--search-rows", type=int, default=100_000, help="rows of the real set for the search part")
     ap.add_argument("--m", type=int, default=16)
     ap.add_argument("--efc", type=int, default=64)
+    ap.add_argument("--hnsw-codes", default="float32", choices=("float32", "int8"),
+                    help="the vecsift hnsw collection's codes (int8: the walk on int8 codes, docs/hnsw.md)")
     ap.add_argument("--ef", type=int, nargs="+", default=[10, 20, 40, 80, 160])
     ap.add_argument("--oversample", type=int, nargs="+", default=[4, 8, 16, 32])
     ap.add_argument("--filter-ef", type=int, nargs="+", default=[40, 320])

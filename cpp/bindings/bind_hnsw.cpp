@@ -126,10 +126,49 @@ void bind_hnsw(py::module_& m) {
   });
 
   py::class_<HNSWGraph>(m, "HNSW")
-      .def(py::init([](size_t dim, const std::string& metric, size_t mm, size_t efc, uint64_t seed) {
-             return new HNSWGraph(dim, metric_arg(metric), mm, efc, seed);
+      .def(py::init([](size_t dim, const std::string& metric, size_t mm, size_t efc, uint64_t seed,
+                       const std::string& codes) {
+             require(codes == "float32" || codes == "int8", "codes must be 'float32' or 'int8', got '" + codes + "'");
+             return new HNSWGraph(dim, metric_arg(metric), mm, efc, seed, codes == "int8" ? kCodesInt8 : kCodesFloat);
            }),
-           py::arg("dim"), py::arg("metric"), py::arg("m"), py::arg("ef_construction"), py::arg("seed"))
+           py::arg("dim"), py::arg("metric"), py::arg("m"), py::arg("ef_construction"), py::arg("seed"),
+           py::arg("codes") = "float32")
+      .def_property_readonly("codes", [](const HNSWGraph& g) { return g.codes() ? "int8" : "float32"; })
+      .def_property("rescore", &HNSWGraph::rescore, &HNSWGraph::set_rescore)
+      .def_property_readonly("record_bytes", &HNSWGraph::record_bytes)
+      .def_property_readonly("row_bytes", &HNSWGraph::row_bytes)
+      // Test hooks (codes mode): the code grid, a node's codes and |x|^2, the query as int16 and its
+      // scale, and the walk's keys of a query for given nodes, at the graph's current kernel level.
+      .def("_code_grid",
+           [](const HNSWGraph& g) {
+             auto gr = g.code_grid();
+             F32Array mu(gr.first.size()), step(gr.second.size());
+             std::copy(gr.first.begin(), gr.first.end(), mu.mutable_data());
+             std::copy(gr.second.begin(), gr.second.end(), step.mutable_data());
+             return py::make_tuple(mu, step);
+           })
+      .def("_codes",
+           [](const HNSWGraph& g, const I64Array& ids) {
+             require(g.codes() != 0, "not a codes index");
+             const size_t n = static_cast<size_t>(ids.shape(0)), cd = code_dim(g.dim());
+             py::array_t<int8_t> codes({n, cd});
+             F32Array norms(n);
+             for (size_t i = 0; i < n; ++i) g.node_codes(static_cast<uint32_t>(ids.data()[i]),
+                                                         codes.mutable_data() + i * cd, norms.mutable_data() + i);
+             return py::make_tuple(codes, norms);
+           }, py::arg("ids"))
+      .def("_code_keys",
+           [](const HNSWGraph& g, const F32Array& q, const I64Array& ids) {
+             require(g.codes() != 0, "not a codes index");
+             require(q.ndim() == 1 && static_cast<size_t>(q.shape(0)) == g.dim(), "query must be 1-d of dim");
+             const size_t n = static_cast<size_t>(ids.shape(0)), cd = code_dim(g.dim());
+             py::array_t<int16_t> qq(cd);
+             F32Array keys(n);
+             std::vector<uint32_t> v(n);
+             for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint32_t>(ids.data()[i]);
+             const float t = g.code_keys(q.data(), v.data(), n, qq.mutable_data(), keys.mutable_data());
+             return py::make_tuple(qq, t, keys);
+           }, py::arg("query"), py::arg("ids"))
       .def_property_readonly("dim", &HNSWGraph::dim)
       .def_property_readonly("metric", [](const HNSWGraph& g) { return metric_name(g.metric()); })
       .def_property_readonly("m", &HNSWGraph::m)

@@ -23,6 +23,7 @@ from vecsift.text.bm25 import BM25Index
 from vecsift.collection.collection import Collection, open
 from vecsift.collection.hits import Hit
 from vecsift.errors import CorruptIndexError, VecsiftError
+from vecsift.collection.limits import DeadlineExceeded, LimitError, Limits
 from vecsift.index.flat import exact_search
 from vecsift.text.fusion import rrf
 from vecsift.index.hnsw import HNSWIndex
@@ -38,6 +39,9 @@ __all__ = [
     "Hit",
     "open",
     "CorruptIndexError",
+    "DeadlineExceeded",
+    "LimitError",
+    "Limits",
     "HNSWIndex",
     "QuantizedIndex",
     "IVFIndex",

@@ -25,6 +25,13 @@ def _as_numeric_array(x, name: str) -> np.ndarray:
 
 def as_vectors(x, name: str = "vectors", dim: int | None = None, check_finite: bool = True) -> np.ndarray:
     """A (n, dim) float32 C-contiguous matrix; a 1-d input is one row."""
+    if type(x) is np.ndarray and x.dtype == np.float32 and x.flags.c_contiguous and 1 <= x.ndim <= 2 \
+            and x.shape[-1] != 0 and (dim is None or x.shape[-1] == dim):
+        # Fast path (one query per call): already what the core takes, no copy, no dtype inspection.
+        arr = x if x.ndim == 2 else x.reshape(1, -1)
+        if check_finite and arr.size and not _core.all_finite(arr):
+            raise ValueError(f"{name} contain NaN or infinite values")
+        return arr
     arr = _as_numeric_array(x, name)
     if arr.ndim == 1:
         arr = arr.reshape(1, -1)
@@ -74,5 +81,21 @@ def check_threads(threads) -> int:
 
 def unit_rows(x: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (zero rows stay zero): cosine becomes the inner product."""
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.where(norms > 0, norms, 1).astype(np.float32)
+    # The same sum linalg.norm computes (bit for bit), without its dispatch: a few us per query.
+    norms = np.sqrt(np.add.reduce(x * x, axis=1))
+    if not norms.all():
+        norms[norms == 0] = 1
+    return x / norms[:, None]
+
+
+# Result cells (queries x k, or x candidates inside an index) one call may allocate: 12 bytes each
+# (int64 id + float32 score), so ~1.6 GB. Past it a k or batch is surely a mistake, and the native
+# allocation would fail with MemoryError or take the machine's memory.
+MAX_RESULT_CELLS = 1 << 27
+
+
+def check_cells(n_queries: int, per_query: int, what: str = "queries x k") -> None:
+    if max(n_queries, 1) * per_query > MAX_RESULT_CELLS:  # scratch of one query is sized by k too
+        from vecsift.errors import LimitError
+
+        raise LimitError(what, f"{n_queries} x {per_query}", MAX_RESULT_CELLS, "the cells one search may allocate")

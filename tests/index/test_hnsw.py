@@ -111,7 +111,7 @@ def test_custom_labels():
     x, q = random_data(n=3000, d=16, nq=30)
     labels = (np.arange(3000, dtype=np.uint64) * 7919 + 10**12)[::-1].copy()
     index = vecsift.HNSWIndex(16, "ip")
-    index.add(x, ids=labels)
+    index.add(x, ids=labels, threads=1)  # one thread: the same graph every run (2 threads dipped to 0.987 in 1 of 12)
     truth, _ = vecsift.exact_search(x, q, 10, "ip")
     found, _ = index.search(q, 10, ef=200)
     assert recall(found, labels[truth].astype(np.int64)) >= 0.99

@@ -50,7 +50,8 @@ def test_ctrl_c_during_a_400k_add(tmp_path):
     elapsed = time.monotonic() - sent
     out, err = p.communicate(timeout=120)
     assert caught == "caught", (caught, out, err)
-    assert elapsed < 1.0, elapsed  # the add returned within a second of the Ctrl-C
+    # the add returns within a second of the Ctrl-C (polls every 50 ms); 2 s of slack for a loaded 2-core CI box
+    assert elapsed < 2.0, elapsed
     assert out.strip().startswith("consistent"), (out, err)
 
 

@@ -128,7 +128,9 @@ def test_checks_from_many_threads(tmp_path):
     c.add(["new"], x[:1])
     c.commit()
     new = c.snapshot().vectors.checks
-    assert new is not checks and new.left == 1
+    assert new is not checks and new.left == 1  # the tail block, which grew
+    rowsums.check_rows(c.snapshot().vectors, [0])  # few left: all are checked at once
+    assert new.done
     assert getattr(snap.vectors[10:], "checks", None) is None
     c.close()
 
@@ -143,3 +145,36 @@ def test_collections_written_before_block_sums_open_search_and_say_so(tmp_path):
         assert len(notes) == 1 and "no block checksums" in notes[0]
         r.close()
         assert cli(["verify", str(tmp_path / kind)]) == 0
+
+
+def test_rows_wider_than_a_block_check_every_block_they_touch(monkeypatch):
+    monkeypatch.setattr(rowsums, "FINISH_BLOCKS", 0)  # no sweep of the last few blocks: see what is touched
+    rb, n = 100_000, 12  # each row spans two or three 64 KiB blocks
+    data = np.random.default_rng(2).integers(0, 256, rb * n, dtype=np.uint8)
+    s = rowsums.Sums()
+    s.update(data)
+    bad = data.copy()
+    bad[5 * rb + 70_000] ^= 1  # row 5, in block (5 * rb + 70_000) // 64 KiB
+    for rows, refused in (([4], False), ([6], False), ([5], True), ([-1, 3, 5], True)):
+        c = rowsums.Checks("f", bad, rb, s)
+        if refused:
+            with pytest.raises(vecsift.CorruptIndexError, match="rows 5..5"):
+                c.rows(np.array(rows))
+        else:
+            c.rows(np.array(rows))
+            r = rows[0]
+            want = set(range(r * rb // rowsums.BLOCK_BYTES, ((r + 1) * rb - 1) // rowsums.BLOCK_BYTES + 1))
+            assert set(np.flatnonzero(c.verified)) == want
+
+
+def test_the_last_few_blocks_are_swept_once_and_a_bad_one_still_refused():
+    rb, n = 4096, 100  # 7 blocks, fewer than FINISH_BLOCKS
+    data = np.random.default_rng(3).integers(0, 256, rb * n, dtype=np.uint8)
+    s = rowsums.Sums()
+    s.update(data)
+    data[90 * rb] ^= 1  # block 5
+    c = rowsums.Checks("f", data, rb, s)
+    c.rows(np.array([0]))  # intact rows are served; the sweep checked the rest but block 5
+    assert c.left == 1 and not c.verified[5]
+    with pytest.raises(vecsift.CorruptIndexError, match="rows 80..95"):
+        c.rows(np.array([90]))

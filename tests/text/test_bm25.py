@@ -13,6 +13,7 @@ from pyroaring import BitMap, FrozenBitMap
 
 import vecsift
 from vecsift import BM25Index, CorruptIndexError
+from vecsift.storage.checksum import crc32c
 from vecsift.text.tokenize import Tokenizer
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "docstrings"
@@ -349,10 +350,27 @@ def test_custom_tokenizer_must_be_given_on_load(tmp_path):
     assert back.search("d", 2)[0].tolist() == [1]
 
 
-def _resign(data: bytes) -> bytes:
-    """Recompute the checksum so a crafted change reaches the structural checks."""
+def _resign(data: bytes, crc=crc32c) -> bytes:
+    """Recompute the checksum (CRC-32C, format version 2) so a crafted change reaches the structural checks."""
     body = data[: -13]
-    return body + np.uint32(zlib.crc32(body)).tobytes() + data[-9:]
+    return body + np.uint32(crc(body)).tobytes() + data[-9:]
+
+
+def test_version_1_files_with_a_zlib_trailer_still_load(tmp_path):
+    idx = BM25Index()
+    idx.add(DOCS[:80])
+    idx.save(tmp_path / "v2.bin")
+    v2 = (tmp_path / "v2.bin").read_bytes()
+    assert int(np.frombuffer(v2, "<u4", 1, 8)[0]) == 2
+    v1 = _resign(v2[:8] + np.uint32(1).tobytes() + v2[12:], crc=zlib.crc32)
+    (tmp_path / "v1.bin").write_bytes(v1)
+    back = BM25Index.load(tmp_path / "v1.bin")
+    for q in ("file path", "return the value"):
+        np.testing.assert_array_equal(back.search(q, 10)[0], idx.search(q, 10)[0])
+    # a version 1 header with a CRC-32C trailer (or the reverse) is refused
+    (tmp_path / "mixed.bin").write_bytes(v2[:8] + np.uint32(1).tobytes() + v2[12:])
+    with pytest.raises(CorruptIndexError, match="checksum"):
+        BM25Index.load(tmp_path / "mixed.bin")
 
 
 def test_bad_files_raise_corrupt_index_error(tmp_path):

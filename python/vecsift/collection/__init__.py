@@ -9,11 +9,12 @@ from vecsift.collection.collection import Collection, open  # noqa: A004 - the p
 from vecsift.collection.embedders import (FunctionEmbedder, HashingEmbedder, SentenceTransformerEmbedder, as_embedder,
                                           embed_query, embed_texts)
 from vecsift.collection.hits import Hit
+from vecsift.collection.limits import DeadlineExceeded, LimitError, Limits
 from vecsift.collection.search import Lists, Request, SearchStats, fuse, retrieve
 from vecsift.collection.search import request as search_request
 from vecsift.collection.snapshot import Snapshot
 from vecsift.storage.manifest import Manifest
 
-__all__ = ["Collection", "FunctionEmbedder", "HashingEmbedder", "Hit", "Lists", "Manifest", "Request", "SearchStats",
+__all__ = ["Collection", "DeadlineExceeded", "FunctionEmbedder", "LimitError", "Limits", "HashingEmbedder", "Hit", "Lists", "Manifest", "Request", "SearchStats",
            "SentenceTransformerEmbedder", "Snapshot", "as_embedder", "embed_query", "embed_texts", "fuse", "open",
            "retrieve", "search_request"]

@@ -51,6 +51,7 @@ from vecsift.collection.commit import write_commit
 from vecsift.collection.compaction import compact_files
 from vecsift.collection.filters import Filters, rows_of
 from vecsift.collection.hits import HitBuilder
+from vecsift.collection.limits import DEADLINE_CHUNK, Limits, as_limits, deadline_of
 from vecsift.collection.pgvocab import metric_name, resolve_ef
 from vecsift.collection.rwlock import RWLock
 from vecsift.collection.snapshot import Snapshot, empty_snapshot, take_snapshot
@@ -84,18 +85,40 @@ def _load(path, m: Manifest, writable):
     if m.vectors["rows"] != m.rows:
         raise CorruptIndexError(f"{os.path.join(path, 'MANIFEST')}: row counts disagree")
     vec = RowFile.open_entry(path, m.vectors, "vectors", "float32", m.dim, writable)
-    try:
+    dense = None
+    try:  # a refused open closes what it opened: a caller retrying it must not run out of descriptors
         dense = KINDS[m.index].load(path, m.dense, m.dim, m.metric, m.index_params, writable)
         sparse = BM25Sparse.load(path, m.sparse, m.sparse_params)
         fpath = os.path.join(path, m.filters["file"])
         filters = Filters.from_bytes(read_blob(fpath, "filters", m.filters), fpath)
-        tables = [read_segment(os.path.join(path, s["file"]), s) for s in m.segments]
+        tables = [_checked_segment(os.path.join(path, s["file"]), s) for s in m.segments]
+        try:
+            _concat(tables)  # segments whose metadata columns cannot be combined
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise CorruptIndexError(f"{path}: chunk segments do not combine: {exc}") from None
+        if sum(t.num_rows for t in tables) != m.rows or dense.size != m.rows:
+            raise CorruptIndexError(f"{os.path.join(path, 'MANIFEST')}: files hold a different number of rows")
     except BaseException:
         vec.close()
+        if dense is not None:
+            dense.close()
         raise
-    if sum(t.num_rows for t in tables) != m.rows or dense.size != m.rows:
-        raise CorruptIndexError(f"{os.path.join(path, 'MANIFEST')}: files hold a different number of rows")
     return vec, dense, sparse, filters, tables
+
+
+def _checked_segment(path, entry) -> pa.Table:
+    """read_segment, refusing a table whose chunk columns (ingest.ROW_SCHEMA) lack "id" or have other
+    types: hits and id lookups index them without further checks."""
+    from vecsift.collection.ingest import ROW_SCHEMA
+
+    table = read_segment(path, entry)
+    if len(set(table.column_names)) != table.num_columns:
+        raise CorruptIndexError(f"{path}: not a chunk segment (a column name repeats)")
+    for field in ROW_SCHEMA:
+        i = table.schema.get_field_index(field.name)
+        if (i < 0 and field.name == "id") or (i >= 0 and table.schema.field(i).type != field.type):
+            raise CorruptIndexError(f"{path}: not a chunk segment (column {field.name!r} missing or retyped)")
+    return table
 
 
 def _load_newest(path, writable, retry):
@@ -119,7 +142,7 @@ class Collection:
     def create(cls, path, dim: int | None = None, metric: str = "cosine", index: str = "bq",
                model: str | None = None, pipeline_version: str | None = None, filter_fields=(),
                index_heading_path: bool = False, bm25_k1: float = 1.2, bm25_b: float = 0.75, *, embedder=None,
-               audit=None, **index_params) -> "Collection":
+               audit=None, limits=None, **index_params) -> "Collection":
         """Creates an empty collection in directory `path` (new or empty) and opens it for writing.
 
         filter_fields: metadata/provenance fields usable in search(where=...).
@@ -127,7 +150,10 @@ class Collection:
         string upstream (Collection.text_for_embedding builds it).
         embedder: see set_embedder; dim and model default to the embedder's.
         audit: see set_audit.
+        limits: a vecsift.collection.Limits or a dict of overrides (bounds on k, batch size, where=...,
+        docs/limits.md), recorded in the manifest.
         """
+        limits = as_limits(limits)
         embedder, dim, model = embedders.for_create(embedder, dim, model)
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
@@ -156,7 +182,7 @@ class Collection:
                          sparse=sparse.prepare_commit(path, 0),
                          vectors=vec.entry(),
                          dense=dense.prepare_commit(path, 0, vec.view(0)), format=FORMAT_VERSION,
-                         audit=audit_settings)
+                         audit=audit_settings, limits=limits.to_dict())
             m, _ = write_commit(path, m, filters)
         except BaseException:
             lock.release()
@@ -175,7 +201,12 @@ class Collection:
         try:
             m, parts = _load_newest(path, writable=not readonly, retry=readonly)
             self = cls.__new__(cls)
-            self._init(path, m, *parts, lock)
+            try:
+                self._init(path, m, *parts, lock)
+            except BaseException:
+                parts[0].close()
+                parts[1].close()
+                raise
             if embedder is not None:
                 self.set_embedder(embedder)
             if not readonly:
@@ -191,6 +222,7 @@ class Collection:
         self._lock = lock
         self._closed = False
         self._embedder = None
+        self._limits = None  # set_limits on a readonly collection: this process only
         self._wlock = threading.RLock()
         self._rw = RWLock()
         self._swap(m, vec, dense, sparse, filters, tables)
@@ -451,6 +483,31 @@ class Collection:
             self._manifest = self._manifest.replace(audit=cfg)
             self._staged.dirty = True
 
+    @property
+    def limits(self) -> Limits:
+        """The bounds searches are checked against (vecsift.collection.Limits, docs/limits.md)."""
+        if self._limits is not None:
+            return self._limits
+        try:
+            return Limits.from_dict(self._manifest.limits, strict=False)
+        except ValueError as exc:
+            raise CorruptIndexError(f"{self._path}/MANIFEST: bad limits: {exc}") from None
+
+    def set_limits(self, limits=None, **changes) -> None:
+        """Replaces the search bounds: a Limits, a dict of overrides, or keyword changes of the current
+        ones (set_limits(max_k=50_000)). A writer records them in the manifest at the next commit; on a
+        readonly collection they hold for this process only."""
+        new = self.limits if limits is None else as_limits(limits)
+        if changes:
+            new = Limits.from_dict({**new.to_dict(), **changes})
+        if self._lock is None:
+            self._limits = new
+            return
+        self._writable()
+        with self._wlock:
+            self._manifest = self._manifest.replace(limits=new.to_dict())
+            self._staged.dirty = True
+
     def info(self) -> dict:
         """What `vecsift info` prints: rows, deletes, model, index, bytes on disk and in RAM."""
         m, snap = self._manifest, self._snap
@@ -584,7 +641,7 @@ class Collection:
     # ------------------------------------------------------------------ searching
     def search(self, vector=None, text=None, k: int = 10, tenant=None, groups=None, where=None, *, mode=None,
                candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
-               threads: int = 0, stats=None, ef_search=None) -> list:
+               threads: int = 0, stats=None, ef_search=None, deadline=None) -> list:
         """Top-k chunks as Hits, best first.
 
         mode: "dense" (vector), "sparse" (BM25 over text) or "hybrid" (both,
@@ -598,9 +655,13 @@ class Collection:
         to add the dense stage's counters to (distances, hops, rows scanned exactly...).
         Hit.distance is the distance pgvector would report (dense only). ef_search:
         pgvector's name for ef. With an embedder attached, text without vector is
-        embedded (so text alone runs hybrid) unless mode="sparse".
+        embedded (so text alone runs hybrid) unless mode="sparse". deadline: seconds; DeadlineExceeded
+        (a TimeoutError) once they have passed, checked between stages. Arguments beyond the
+        collection's limits (k, candidates, text length, where= size...) raise LimitError (docs/limits.md).
         """
         ef = resolve_ef(ef, ef_search)
+        if isinstance(text, str):  # before an embedder spends time on it
+            self.limits.check("text length", len(text), "max_text_chars")
         vector = embedders.query_vector(self._embedder, vector, text, mode)
         q = None
         if vector is not None:
@@ -610,13 +671,18 @@ class Collection:
         if text is not None and not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
         return self._search(q, None if text is None else [text], k, tenant, groups, where, mode, candidates, rrf_k,
-                            weights, ef, oversample, threads, stats)[0]
+                            weights, ef, oversample, threads, stats, deadline)[0]
 
     def search_batch(self, vectors=None, texts=None, k: int = 10, tenant=None, groups=None, where=None, *,
                      mode=None, candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
-                     threads: int = 0, stats=None, ef_search=None) -> list:
-        """search() for many queries (rows of `vectors` and/or items of `texts`), one filter for all."""
+                     threads: int = 0, stats=None, ef_search=None, deadline=None) -> list:
+        """search() for many queries (rows of `vectors` and/or items of `texts`), one filter for all.
+        With a deadline the batch runs in chunks of DEADLINE_CHUNK queries, checked between them."""
         ef = resolve_ef(ef, ef_search)
+        if texts is not None and not isinstance(texts, str):
+            texts = list(texts)
+            self.limits.check("batch size", len(texts), "max_batch")
+            self.limits.check_request(len(texts), None, None, None, None, texts, False)
         vectors = embedders.query_vectors(self._embedder, vectors, texts, mode)
         q = None if vectors is None else as_vectors(vectors, "vectors", dim=self.dim)
         if texts is not None:
@@ -626,17 +692,23 @@ class Collection:
             if q is not None and len(texts) != len(q):
                 raise ValueError(f"{len(q)} vectors but {len(texts)} texts")
         return self._search(q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
-                            threads, stats)
+                            threads, stats, deadline)
 
     @auditing.audited("search_rows")
     def search_rows(self, vectors, k: int = 10, tenant=None, groups=None, where=None, ef=None, oversample=None,
-                    threads: int = 0, stats=None, ef_search=None):
+                    threads: int = 0, stats=None, ef_search=None, deadline=None):
         """Dense search returning (rows int64, scores float32) arrays, pad -1 (for benchmarks)."""
         ef = resolve_ef(ef, ef_search)
+        dl = deadline_of(deadline)
         snap = self._snap
         q = as_vectors(vectors, "vectors", dim=self.dim)
         req = cascade.request(q, None, k, "dense", ef=ef, oversample=oversample, threads=threads)
-        return cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where), stats).dense
+        self._check_limits(req)
+        allow = self._allow(snap, tenant, groups, where)
+        parts = [cascade.retrieve(snap, part, allow, stats, dl).dense for part in _chunks(req, dl, "filter")]
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def bm25_statistics(self, texts, tenant=None, groups=None, where=None) -> list:
         """BM25 statistics of each text's terms within the rows this filter allows (the allow set
@@ -646,6 +718,7 @@ class Collection:
         A sharded collection sums these over its shards and passes the sums to
         search_sparse(statistics=...): BM25 scores then equal one collection's over all rows."""
         texts = _text_list(texts)
+        self.limits.check_request(len(texts), None, None, None, None, texts, False)
         snap = self._snap
         allow = self._allow(snap, tenant, groups, where)
         return [snap.sparse.term_statistics(t, allow) for t in texts]
@@ -656,6 +729,7 @@ class Collection:
         per text, e.g. summed over shards) instead of this collection's; None: as mode="sparse"."""
         texts = _text_list(texts)
         k = check_k(k)
+        self.limits.check_request(len(texts), k, None, None, None, texts, False)
         if statistics is not None and (isinstance(statistics, dict) or len(statistics) != len(texts)):
             raise ValueError("statistics must be a list with one dict per text")
         snap = self._snap
@@ -672,19 +746,35 @@ class Collection:
     def _allow(self, snap, tenant, groups, where):
         if self._closed:
             raise VecsiftError("the collection is closed")
+        self.limits.check_where(where)
         return snap.allow(tenant, groups, where)  # before anything is scored
+
+    def _check_limits(self, req) -> None:
+        self.limits.check_request(req.n_queries, req.k, req.candidates, req.oversample, req.ef, req.texts,
+                                  req.mode == "hybrid")
 
     @auditing.audited("search")  # search() and search_batch()
     def _search(self, q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
-                threads, stats=None):
+                threads, stats=None, deadline=None):
+        dl = deadline_of(deadline)
         snap = self._snap
         req = cascade.request(q, texts, k, mode, candidates, rrf_k, weights, ef, oversample, threads)
-        lists = cascade.retrieve(snap, req, self._allow(snap, tenant, groups, where), stats)
+        self._check_limits(req)
+        allow = self._allow(snap, tenant, groups, where)
+        out = []
+        for part in _chunks(req, dl, "filter"):
+            out += self._hits(snap, part, cascade.retrieve(snap, part, allow, stats, dl), dl)
+        return out
+
+    def _hits(self, snap, req, lists, dl) -> list:
+        """Hits of one request's candidate lists (fused first in hybrid mode)."""
         if req.mode == "dense":
             return snap.hits.build_dense(*lists.dense, metric=self.metric)
         if req.mode == "sparse":
             return [snap.hits.build(rows, scores.tolist(), sparse_ranks=list(range(1, len(rows) + 1)))
                     for rows, scores in lists.sparse]
+        if dl is not None:
+            dl.check("fusion")
         out = []
         for ids, fused, ranks in cascade.fuse(req, lists):
             dense_ranks, sparse_ranks = ([r or None for r in col] for col in ranks.T.tolist())
@@ -694,6 +784,23 @@ class Collection:
     def __repr__(self) -> str:
         return (f"<vecsift.Collection {self._path!r} dim={self.dim} metric={self.metric} index={self.index} "
                 f"rows={len(self)}{' readonly' if self.readonly else ''}>")
+
+
+def _chunks(req, dl, first_stage: str):
+    """req itself, or with a deadline and a large batch, its chunks of DEADLINE_CHUNK queries; the
+    deadline is checked before each (after `first_stage` for the first)."""
+    from dataclasses import replace
+
+    n = req.n_queries
+    step = n if dl is None or n <= DEADLINE_CHUNK else DEADLINE_CHUNK
+    for s in range(0, max(n, 1), max(step, 1)):
+        if dl is not None:
+            dl.check(first_stage if s == 0 else f"queries {s}..")
+        if step >= n:
+            yield req
+            return
+        yield replace(req, vectors=None if req.vectors is None else req.vectors[s:s + step],
+                      texts=None if req.texts is None else req.texts[s:s + step])
 
 
 def _text_list(texts) -> list:

@@ -168,6 +168,7 @@ class Filters:
             (hl,) = struct.unpack_from("<Q", data)
             head = json.loads(bytes(data[8:8 + hl]))
             body = data[8 + hl:]
+            _check_head(head, len(body))
             self = cls(head["fields"])
             self.has_tenants, self.has_acl = bool(head["has_tenants"]), bool(head["has_acl"])
             kinds = head.get("kinds")
@@ -176,13 +177,13 @@ class Filters:
             for kind, field, key, off, length in head["entries"]:
                 raw = bytes(body[off:off + length])
                 if kind == "t":
-                    self.tenants[key] = BitMap.deserialize(raw)
+                    self.tenants[key] = _bitmap(raw)
                 elif kind == "g":
-                    self.groups[key] = BitMap.deserialize(raw)
+                    self.groups[key] = _bitmap(raw)
                 elif kind == "v":
-                    self.index[field].keys[key] = BitMap.deserialize(raw)
+                    self.index[field].keys[key] = _bitmap(raw)
                 elif kind == "p":
-                    self.index[field].present = BitMap.deserialize(raw)
+                    self.index[field].present = _bitmap(raw)
                 elif kind == "s":
                     ix = self.index[field]
                     dtype = _SORTED[ix.kind]
@@ -192,7 +193,7 @@ class Filters:
                     rows = np.frombuffer(raw, np.uint32, key, offset=key * np.dtype(dtype).itemsize)
                     ix.runs = ((values, rows),)
                 elif kind == "d":
-                    self.deleted = BitMap.deserialize(raw)
+                    self.deleted = _bitmap(raw)
                 else:
                     raise ValueError(f"unknown entry kind {kind!r}")
             if kinds is None:
@@ -201,6 +202,46 @@ class Filters:
         except (ValueError, KeyError, TypeError, struct.error) as exc:
             raise CorruptIndexError(f"{name}: unreadable filter bitmaps: {exc}") from None
         return self
+
+
+_KINDS = (None, "number", "datetime", "string", "bool")
+
+
+def _bitmap(raw: bytes) -> BitMap:
+    try:  # pyroaring checks the serialisation; a short buffer surfaces as IndexError
+        return BitMap.deserialize(raw)
+    except (IndexError, OverflowError) as exc:
+        raise ValueError(f"bad roaring bitmap: {exc}") from None
+
+
+def _check_head(head, body_len: int) -> None:
+    """ValueError unless the blob's JSON directory has the shape to_bytes writes: every entry of a
+    known kind, naming a declared field, a key of the right type and a byte range inside the body."""
+    if not isinstance(head, dict) or not isinstance(head.get("fields"), list) or \
+            not all(isinstance(f, str) for f in head["fields"]) or not isinstance(head.get("entries"), list):
+        raise ValueError("directory is not an object with fields and entries")
+    fields = set(head["fields"])
+    kinds = head.get("kinds")
+    if kinds is not None:
+        if not isinstance(kinds, dict) or not set(kinds) <= fields:
+            raise ValueError("kinds do not match the fields")
+        for kind in kinds.values():
+            if not (isinstance(kind, list) and len(kind) == 2 and kind[0] in _KINDS and isinstance(kind[1], bool)):
+                raise ValueError(f"bad field kind {kind!r}")
+    for e in head["entries"]:
+        if not (isinstance(e, list) and len(e) == 5 and e[0] in ("t", "g", "v", "p", "s", "d")):
+            raise ValueError(f"bad entry {e!r}")
+        kind, field, key, off, length = e
+        if kind in "vps" and field not in fields or kind not in "vps" and field is not None:
+            raise ValueError(f"entry {e!r} names no declared field")
+        if kind in "tgv" and (isinstance(key, bool) or not isinstance(key, (str, int, float))):
+            raise ValueError(f"entry {e!r} has a bad key")
+        if kind == "s" and (isinstance(key, bool) or not isinstance(key, int) or key < 0 or
+                            (kinds or {}).get(field, [None])[0] not in _SORTED):
+            raise ValueError(f"sorted column entry {e!r} does not fit its field")
+        if any(isinstance(x, bool) or not isinstance(x, int) for x in (off, length)) or \
+                off < 0 or length < 0 or off + length > body_len:
+            raise ValueError(f"entry {e!r} runs outside the blob")
 
 
 def _infer_from_keys(ix: FieldIndex) -> None:

@@ -57,6 +57,27 @@ class Hit:
         return asdict(self)
 
 
+def _distances(slist: list, metric):
+    """pgvector's distances of these scores (pgvocab.pg_distance), for cosine and ip on the Python
+    floats (the same float64 arithmetic, no numpy call); None without a metric."""
+    if metric == "cosine":
+        return [1.0 - v for v in slist]
+    if metric == "ip":
+        return [-v for v in slist]
+    if metric is None:
+        return None
+    return pg_distance(np.asarray(slist, np.float64), metric).tolist()
+
+
+def _dicts(n: int, cols: list) -> list:
+    """Per row i, {name: values[i]} over the (name, values) columns, None values left out."""
+    if len(cols) == 1:
+        name, v = cols[0]
+        return [{} if x is None else {name: x} for x in v]
+    names = [name for name, _ in cols]
+    return [{name: x for name, x in zip(names, vals) if x is not None} for vals in zip(*[v for _, v in cols])]
+
+
 class HitBuilder:
     """Makes Hits from rows of one (immutable) chunk table."""
 
@@ -85,16 +106,8 @@ class HitBuilder:
         texts = get("text", none)
         if self._display:
             texts = [t if d is None else d for d, t in zip(data["display_text"], texts)]
-        if self._meta:
-            cols = [(name, data[c]) for c, name in self._meta]
-            metas = [{name: v[i] for name, v in cols if v[i] is not None} for i in range(n)]
-        else:
-            metas = [{} for _ in range(n)]
-        if self._prov:
-            cols = [(p, data[p]) for p in self._prov]
-            provs = [{p: v[i] for p, v in cols if v[i] is not None} for i in range(n)]
-        else:
-            provs = [{} for _ in range(n)]
+        metas = _dicts(n, [(name, data[c]) for c, name in self._meta]) if self._meta else [{} for _ in range(n)]
+        provs = _dicts(n, [(p, data[p]) for p in self._prov]) if self._prov else [{} for _ in range(n)]
         return list(map(Hit, data["id"], scores, get("doc_id", none), texts, metas, provs, get("tenant", none),
                         none if dense_ranks is None else dense_ranks, none if sparse_ranks is None else sparse_ranks,
                         none if distances is None else distances))
@@ -103,14 +116,38 @@ class HitBuilder:
         """Hits per query of (q, k) dense results (rows -1 are padding): the rank is
         the position. One read for the whole batch, then split per query."""
         rows = np.asarray(rows)
-        valid = rows >= 0
-        ranks = np.broadcast_to(np.arange(1, rows.shape[1] + 1), rows.shape)[valid].tolist()
-        s = np.asarray(scores)[valid]
-        dist = None if metric is None else pg_distance(s, metric).tolist()
-        hits = self.build(rows[valid], s.tolist(), dense_ranks=ranks, distances=dist)
+        scores = np.asarray(scores)
+        nq, k = rows.shape
+        if nq == 0 or k == 0:
+            return [[] for _ in range(nq)]
+        # Plain Python on the k values of one query: right after a graph walk the caches are cold and
+        # each numpy ufunc call costs ~10-20 us there (a few us warm); tolist() and list work are cheap.
+        if nq == 1:
+            rl = rows[0].tolist()
+            slist = scores[0].tolist()
+            if min(rl) >= 0:
+                flat_rows, ranks = rows[0], list(range(1, k + 1))
+            else:
+                keep = [i for i, r in enumerate(rl) if r >= 0]
+                flat_rows = np.array([rl[i] for i in keep], np.int64)
+                slist = [slist[i] for i in keep]
+                ranks = [i + 1 for i in keep]
+            return [self.build(flat_rows, slist, dense_ranks=ranks, distances=_distances(slist, metric))]
+        if rows.min() >= 0:  # no padding (the usual case): ranks are the positions
+            flat_rows, s = rows.ravel(), scores.ravel()
+            ranks = list(range(1, k + 1)) * nq
+            counts = None
+        else:
+            qi, ci = np.nonzero(rows >= 0)
+            flat_rows, s = rows[qi, ci], scores[qi, ci]
+            ranks = (ci + 1).tolist()
+            counts = np.bincount(qi, minlength=nq).tolist()
+        slist = s.tolist()
+        hits = self.build(flat_rows, slist, dense_ranks=ranks, distances=_distances(slist, metric))
+        if counts is None:
+            return [hits[i * k:(i + 1) * k] for i in range(nq)]
         out, start = [], 0
-        for count in valid.sum(axis=1).tolist():
+        for count in counts:
             out.append(hits[start:start + count])
             start += count
         return out
-

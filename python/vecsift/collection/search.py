@@ -28,6 +28,10 @@ MODES = ("dense", "sparse", "hybrid")
 # Measured (bench_collection_sparse.py): the helper is slower for one query, a toss-up
 # at 2 (5% slower in one run, 9% faster in another), 27-38% faster from 8 on.
 HYBRID_PARALLEL_MIN = 8
+# One query with threads=0 (all cores) runs on the calling thread, except a bq scan of at least this
+# many allowed rows, which is split over the cores. Measured (bench/bench_overhead.py, 100k MiniLM, 2
+# cores): the pool costs more than it saves for a graph walk and for a code scan of 100k rows.
+SINGLE_QUERY_POOL_ROWS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -66,12 +70,25 @@ def request(vectors, texts, k, mode=None, candidates=100, rrf_k=60, weights=None
         raise ValueError(f"mode={mode!r} needs text=...")
     if texts is not None and not all(isinstance(t, str) for t in texts):
         raise TypeError("text queries must be strings")
+    ef = _optional_positive(ef, "ef")
+    oversample = _optional_positive(oversample, "oversample")
     c = k
     if mode == "hybrid":
         c = check_k(candidates)
         if c < k:
             raise ValueError(f"candidates ({c}) must be >= k ({k})")
     return Request(vectors, texts, k, mode, c, rrf_k, weights, ef, oversample, threads)
+
+
+def _optional_positive(v, name: str):
+    """None, or v as a positive int (a clear TypeError / ValueError naming the argument otherwise)."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be a positive integer or None, got {type(v).__name__}")
+    if v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v}")
+    return int(v)
 
 
 @dataclass
@@ -98,22 +115,30 @@ class Lists:
     sparse: list | None = None
 
 
-def retrieve(snap, req: Request, allow, stats: SearchStats | None = None) -> Lists:
-    """Runs the retrievers of req.mode over the allowed rows of snap (dense counters into `stats`)."""
+def retrieve(snap, req: Request, allow, stats: SearchStats | None = None, deadline=None) -> Lists:
+    """Runs the retrievers of req.mode over the allowed rows of snap (dense counters into `stats`);
+    `deadline` (limits.Deadline) is checked after each stage."""
+    check = deadline.check if deadline is not None else (lambda stage: None)
     if req.mode == "dense":
-        return Lists(dense=dense_rows(snap, req.vectors, req.k, allow, req.ef, req.oversample, req.threads,
-                                      stats))
+        out = Lists(dense=dense_rows(snap, req.vectors, req.k, allow, req.ef, req.oversample, req.threads,
+                                     stats))
+        check("the dense stage")
+        return out
     c = req.candidates if req.mode == "hybrid" else req.k
     sparse = lambda: [sparse_rows(snap, t, c, allow) for t in req.texts]  # noqa: E731
     if req.mode == "sparse":
-        return Lists(sparse=sparse())
+        out = Lists(sparse=sparse())
+        check("the sparse stage")
+        return out
     if req.threads == 1 or len(req.texts) < HYBRID_PARALLEL_MIN:
         slists = sparse()
+        check("the sparse stage")
         dense = dense_rows(snap, req.vectors, c, allow, req.ef, req.oversample, req.threads, stats)
     else:  # BM25 (numba, GIL released) on a helper thread while the dense stage runs here
         pending = _pool().submit(sparse)
         dense = dense_rows(snap, req.vectors, c, allow, req.ef, req.oversample, req.threads, stats)
         slists = pending.result()
+    check("the dense stage")
     return Lists(dense=dense, sparse=slists)
 
 
@@ -145,8 +170,6 @@ def dense_rows(snap, q, k, allow, ef, oversample, threads, stats: SearchStats | 
     threads = check_threads(threads)
     if oversample is not None and (isinstance(oversample, bool) or int(oversample) < 1):
         raise ValueError(f"oversample must be an integer >= 1, got {oversample!r}")
-    if snap.metric == "cosine":
-        q = unit_rows(q)  # rows are stored unit length
     n_allowed = len(allow)
     nq = len(q)
     if stats is not None:
@@ -155,25 +178,31 @@ def dense_rows(snap, q, k, allow, ef, oversample, threads, stats: SearchStats | 
         stats.path = "none"
     if n_allowed == 0 or nq == 0:
         return _no_rows(nq, k)
-    if oversample is None:
-        oversample = snap.defaults.get("oversample")
-    if ef is None:
-        ef = snap.defaults.get("ef")
-    over = getattr(snap.dense, "oversample", 1) if oversample is None else int(oversample)
-    if snap.dense.kind != "bq":
-        over = 1
+    defaults = snap.defaults
+    if oversample is None and defaults:
+        oversample = defaults.get("oversample")
+    if ef is None and defaults:
+        ef = defaults.get("ef")
+    dense = snap.dense
+    kind = dense.kind
+    over = 1 if kind != "bq" else getattr(dense, "oversample", 1) if oversample is None else int(oversample)
+    if threads == 0 and nq == 1 and (kind != "bq" or n_allowed < SINGLE_QUERY_POOL_ROWS):
+        threads = 1  # one query: handing it to the thread pool costs more than it saves
+    cosine = snap.metric == "cosine"
     if scan_exactly(n_allowed, k * over):
         if stats is not None:
             stats.path = "exact"
             stats.scanned += n_allowed * nq
             stats.distances += n_allowed * nq
-        return exact_rows(snap.vectors, q, rows_of(allow), k, snap.metric, threads)
+        return exact_rows(snap.vectors, unit_rows(q) if cosine else q, rows_of(allow), k, snap.metric, threads)
     if stats is not None:
         stats.path = "index"
+    if cosine and kind != "hnsw":  # rows are stored unit length; HNSWIndex normalises cosine queries itself
+        q = unit_rows(q)
     with snap.lock.read():
-        clip = not (allow is snap.live and snap.full and snap.dense.size == snap.n and not snap.dense.growing)
-        return snap.dense.search(snap.vectors, q, k, allow if clip else None, n_allowed, ef=ef,
-                                 oversample=oversample, threads=threads, stats=stats)
+        clip = not (allow is snap.live and snap.full and dense.size == snap.n and not dense.growing)
+        return dense.search(snap.vectors, q, k, allow if clip else None, n_allowed, ef=ef,
+                            oversample=oversample, threads=threads, stats=stats)
 
 
 def exact_all(snap, q, k, allow=None):

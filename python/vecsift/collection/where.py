@@ -33,6 +33,10 @@ import numpy as np
 from pyroaring import BitMap
 
 from vecsift.collection.field_index import FieldIndex, micros
+from vecsift.collection.limits import MAX_WHERE_DEPTH, Limits
+
+# The parser's own bound (whatever a collection's limits): depth only, sizes are the collection's call.
+_PARSE_GUARD = Limits(max_where_depth=MAX_WHERE_DEPTH, max_where_terms=1 << 62)
 
 _CMP = {"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$between", "$exists", "$like", "$ilike",
         "$nlike", "$nilike"}
@@ -42,7 +46,15 @@ TRUE = ("true",)
 
 
 def parse(where, fields: dict) -> tuple:
-    """The checked, canonical tree of a where= dict; fields: {name: FieldIndex}."""
+    """The checked, canonical tree of a where= dict; fields: {name: FieldIndex}. A filter nested deeper
+    than limits.MAX_WHERE_DEPTH is refused before the (recursive) parse starts."""
+    if where is None:
+        return TRUE
+    _PARSE_GUARD.check_where(where)
+    return _parse(where, fields)
+
+
+def _parse(where, fields: dict) -> tuple:
     if where is None:
         return TRUE
     if not isinstance(where, dict):
@@ -70,10 +82,10 @@ def _logic(op, val, fields):
         raise ValueError(f"where: unknown operator {op!r}; logical operators are $and, $or, $not")
     if op == "$not":
         subs = val if isinstance(val, (list, tuple)) else [val]
-        return ("not", _and([parse(s, fields) for s in subs]))
+        return ("not", _and([_parse(s, fields) for s in subs]))
     if not isinstance(val, (list, tuple)) or not all(isinstance(s, dict) for s in val):
         raise TypeError(f"where: {op} takes a list of filter dicts, got {val!r}")
-    subs = [parse(s, fields) for s in val]
+    subs = [_parse(s, fields) for s in val]
     if op == "$and":
         return _and(subs)
     return ("or",) + tuple(sorted(set(subs), key=repr)) if subs else ("false",)
@@ -194,12 +206,19 @@ def _qdrant_condition(c, fields):
         return _qdrant(c, fields)
     for empty in ("is_empty", "is_null"):
         if empty in c:
-            return _field(c[empty]["key"], {"$exists": False}, fields)
+            inner = c[empty]
+            if not isinstance(inner, dict) or not isinstance(inner.get("key"), str):
+                raise TypeError(f"where: Qdrant {empty} takes {{'key': field name}}, got {inner!r}")
+            return _field(inner["key"], {"$exists": False}, fields)
     if "key" not in c:
         raise ValueError(f"where: unsupported Qdrant condition {c!r} (key with match or range is supported)")
     key, ops = c["key"], {}
+    if not isinstance(key, str):
+        raise TypeError(f"where: a Qdrant condition's key must be a field name, got {key!r}")
     match = c.get("match")
     if match is not None:
+        if not isinstance(match, dict):
+            raise TypeError(f"where: Qdrant match takes an object, got {match!r}")
         if "value" in match:
             ops["$eq"] = match["value"]
         elif "any" in match:
@@ -209,7 +228,10 @@ def _qdrant_condition(c, fields):
         else:
             raise ValueError(f"where: unsupported Qdrant match {match!r}")
     for name in ("range", "datetime_range"):
-        for k, v in (c.get(name) or {}).items():
+        bounds = c.get(name) or {}
+        if not isinstance(bounds, dict):
+            raise TypeError(f"where: Qdrant {name} takes an object of bounds, got {bounds!r}")
+        for k, v in bounds.items():
             if k not in ("gt", "gte", "lt", "lte"):
                 raise ValueError(f"where: unknown Qdrant range bound {k!r}")
             if v is not None:

@@ -226,12 +226,12 @@ class ShardedCollection:
 
     # ------------------------------------------------------------------ properties
     @property
-    def path(self) -> str:
-        return self._path
-
-    @property
     def dim(self) -> int:
         return self._m["dim"]
+
+    @property
+    def path(self) -> str:
+        return self._path
 
     @property
     def metric(self) -> str:

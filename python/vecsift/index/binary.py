@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from vecsift import _core
-from vecsift._arrays import as_codes, as_vectors, check_k, check_threads, is_code_array
+from vecsift._arrays import as_codes, as_vectors, check_cells, check_k, check_threads, is_code_array
 from vecsift.allow import allow_arrays
 
 
@@ -70,5 +70,6 @@ class BinaryIndex:
         k = check_k(k)
         threads = check_threads(threads)
         q = self._codes(queries, "queries")
+        check_cells(len(q), k)
         mask, ids = allow_arrays(allow, len(self))
         return self._index.search_codes(q, k, mask, ids, threads)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from vecsift import _core
-from vecsift._arrays import as_vectors, check_k, check_threads
+from vecsift._arrays import as_vectors, check_cells, check_k, check_threads
 from vecsift.allow import allow_arrays
 
 METRICS = ("ip", "l2", "cosine")
@@ -31,5 +31,6 @@ def exact_search(base, queries, k: int, metric: str = "ip", allow=None, threads:
     threads = check_threads(threads)
     base = as_vectors(base, "base")
     queries = as_vectors(queries, "queries", dim=base.shape[1])
+    check_cells(len(queries), k)
     mask, ids = allow_arrays(allow, base.shape[0])
     return _core.exact_search(base, queries, k, metric, mask, ids, threads)

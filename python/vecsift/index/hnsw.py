@@ -14,7 +14,7 @@ import os
 import numpy as np
 
 from vecsift import _core
-from vecsift._arrays import _as_numeric_array, as_vectors, check_k, check_threads
+from vecsift._arrays import _as_numeric_array, as_vectors, check_cells, check_k, check_threads
 from vecsift.allow import bitmap_rows
 from vecsift.index.flat import check_metric
 
@@ -63,10 +63,17 @@ class HNSWIndex:
     Rows carry uint64 labels (below 2**63). ``add`` without ``ids`` continues
     from ``label_bound`` (largest label + 1), so a fresh index numbers rows
     0..n-1.
+
+    ``codes="int8"``: the graph walk reads int8 codes of the rows (per-dimension
+    grid fitted on the first batch added) instead of float32, and the best
+    ``rescore`` candidates of the beam (default 0: max(3k, 20)) are rescored
+    with the float32 rows, which are kept beside the graph (in the file's last
+    section, mapped and read only for rescoring). Scores are exact float32
+    similarities as with ``codes="float32"``; dim <= 4096. docs/hnsw.md.
     """
 
     def __init__(self, dim: int, metric: str = "cosine", m: int = 16, ef_construction: int = 200, seed: int = 0,
-                 *, _graph=None):
+                 *, codes: str = "float32", _graph=None):
         if _graph is not None:
             self._g = _graph
             return
@@ -78,7 +85,11 @@ class HNSWIndex:
         ef_construction = _positive_int(ef_construction, "ef_construction")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
             raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
-        self._g = _core.HNSW(dim, metric, m, ef_construction, int(seed))
+        if codes not in ("float32", "int8"):
+            raise ValueError(f"codes must be 'float32' or 'int8', got {codes!r}")
+        if codes == "int8" and dim > 4096:
+            raise ValueError(f"codes='int8' supports dim <= 4096, got dim={dim}")
+        self._g = _core.HNSW(dim, metric, m, ef_construction, int(seed), codes)
 
     # ------------------------------------------------------------ properties
     @property
@@ -105,6 +116,27 @@ class HNSWIndex:
     @ef_search.setter
     def ef_search(self, ef: int) -> None:
         self._g.ef_search = _positive_int(ef, "ef_search")
+
+    @property
+    def codes(self) -> str:
+        """What the walk reads: "float32" rows or "int8" codes (rescored with float32)."""
+        return self._g.codes
+
+    @property
+    def rescore(self) -> int:
+        """codes="int8": best beam candidates rescored with float32 rows per query (0: max(3k, 20); >= k)."""
+        return self._g.rescore
+
+    @rescore.setter
+    def rescore(self, r: int) -> None:
+        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or r < 0:
+            raise ValueError(f"rescore must be an integer >= 0, got {r!r}")
+        self._g.rescore = int(r)
+
+    @property
+    def record_bytes(self) -> int:
+        """Bytes of one level-0 record (vector or codes + links), what a hop reads."""
+        return self._g.record_bytes
 
     @property
     def nbytes(self) -> int:
@@ -196,6 +228,7 @@ class HNSWIndex:
             q = queries if queries.ndim == 2 else queries.reshape(1, -1)
         else:
             q = as_vectors(queries, "queries", dim=self.dim, check_finite=False)
+        check_cells(len(q), k)
         mask = labels = None
         if allow is not None:
             if isinstance(allow, np.ndarray) and allow.dtype == np.bool_:
@@ -243,4 +276,5 @@ class HNSWIndex:
         return self._g.file_crc
 
     def __repr__(self) -> str:
-        return f"HNSWIndex(dim={self.dim}, metric={self.metric!r}, m={self.m}, len={len(self)})"
+        codes = "" if self.codes == "float32" else f", codes={self.codes!r}"
+        return f"HNSWIndex(dim={self.dim}, metric={self.metric!r}, m={self.m}{codes}, len={len(self)})"

@@ -37,7 +37,7 @@ import os
 import numpy as np
 
 from vecsift import _core
-from vecsift._arrays import as_vectors, check_k, check_threads
+from vecsift._arrays import as_vectors, check_cells, check_k, check_threads
 from vecsift.allow import allow_arrays
 from vecsift.errors import CorruptIndexError
 from vecsift.index import kmeans
@@ -418,6 +418,8 @@ class IVFIndex:
                 or min_candidates < 0:
             raise ValueError(f"min_candidates must be a non-negative integer, got {min_candidates!r}")
         q = as_vectors(queries, "queries", dim=self._dim)
+        check_cells(len(q), k)
+        check_cells(1, k * oversample * refine, "k x oversample x refine")  # candidates are per query
         if self._core is None:
             if self._centroids is None:
                 raise RuntimeError("the index is not trained: call train() or IVFIndex.build() first")
@@ -497,7 +499,9 @@ class IVFIndex:
                         oversample=meta["oversample"], refine=meta.get("refine", 1), scorer=scorer,
                         seed=meta["seed"], **kw)
             n, nlist = int(meta["n"]), int(meta["nlist"])
-        except (KeyError, TypeError, ValueError) as exc:
+            if not isinstance(meta["has_vectors"], bool) or n < 0:
+                raise ValueError("has_vectors must be true or false and n a count")
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise CorruptIndexError(f"{path}: header fields are invalid ({exc})") from None
         c = arr.get("centroids")
         if c is None or c.dtype != np.float32 or c.shape != (nlist, index.dim):

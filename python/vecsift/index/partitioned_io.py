@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import zlib
 
@@ -109,16 +110,14 @@ def read(path, verify: str = "index", skip_crc=("vectors",)):
         meta = json.loads(header)
         table = meta.pop("sections")
         meta["_version"] = version
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):  # not JSON, or not an object with sections
         raise CorruptIndexError(f"{path}: header is not valid") from None
+    if not isinstance(meta, dict) or not isinstance(table, dict):
+        raise CorruptIndexError(f"{path}: header is not valid")
     arrays = {}
-    for name, entry in table.items():
-        try:
-            offset, nbytes, dtype, shape, crc = entry
-            dt = np.dtype(dtype)
-            count = int(np.prod(shape)) if shape else 1
-        except (TypeError, ValueError):
-            raise CorruptIndexError(f"{path}: section {name!r} is malformed") from None
+    for name, sec in table.items():
+        offset, nbytes, dt, shape, crc = _section(path, name, sec)
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
         if offset < 0 or offset + nbytes > size or count * dt.itemsize != nbytes:
             raise CorruptIndexError(f"{path}: section {name!r} is truncated or malformed")
         arr = (np.memmap(path, mode="r", dtype=dt, offset=offset, shape=tuple(shape)) if nbytes
@@ -128,3 +127,26 @@ def read(path, verify: str = "index", skip_crc=("vectors",)):
                 raise CorruptIndexError(f"{path}: checksum mismatch in section {name!r}")
         arrays[name] = arr
     return meta, arrays
+
+
+_DTYPE = re.compile(r"[<>|=][biuf][1248]")
+
+
+def _is_count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 62
+
+
+def _section(path, name, sec):
+    """(offset, nbytes, dtype, shape, crc) of a section table entry; CorruptIndexError unless each is of
+    the kind write() records (plain numeric dtypes only: the bytes are mapped as that type)."""
+    try:
+        offset, nbytes, dtype, shape, crc = sec
+    except (TypeError, ValueError):
+        offset = nbytes = dtype = shape = crc = None
+    # only the strings write() records reach np.dtype, which would parse anything (even with ast)
+    dt = np.dtype(dtype) if isinstance(dtype, str) and _DTYPE.fullmatch(dtype) else None
+    if (dt is None or dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None
+            or not _is_count(offset) or not _is_count(nbytes) or not isinstance(shape, list)
+            or len(shape) > 4 or not all(_is_count(d) and d < 1 << 40 for d in shape) or not _is_count(crc)):
+        raise CorruptIndexError(f"{path}: section {name!r} has a malformed table entry")
+    return offset, nbytes, dt, tuple(shape), crc

@@ -15,7 +15,7 @@ import struct
 import numpy as np
 
 from vecsift import _core
-from vecsift._arrays import as_vectors, check_k, check_threads
+from vecsift._arrays import as_vectors, check_cells, check_k, check_threads
 from vecsift.allow import allow_arrays
 from vecsift.errors import CorruptIndexError
 
@@ -167,6 +167,7 @@ class QuantizedIndex:
             raise ValueError(f"confidence must be a finite number >= 0, got {confidence!r}")
         threads = check_threads(threads)
         q = as_vectors(queries, "queries", dim=self.dim)
+        check_cells(len(q), k * oversample, "queries x k x oversample")
         mask, ids = allow_arrays(allow, len(self))
         if rescore is not None:
             cand, _ = self._index.search(q, k * oversample, qb, mask, ids, threads)

@@ -42,20 +42,23 @@ import json
 import os
 from math import log1p
 import threading
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from pyroaring import FrozenBitMap
 
-from vecsift._arrays import check_k, check_threads
+from vecsift._arrays import check_cells, check_k, check_threads
 from vecsift.allow import allow_arrays
 from vecsift.errors import CorruptIndexError
+from vecsift.storage.checksum import CRC32C, ZLIB, update
 from vecsift.text.tokenize import Tokenizer
 
 _MAGIC = b"VSBM25\r\n"
 _END = b"VSBM25END"
-_VERSION = 1
+# Version 2: the trailer is a CRC-32C (the one checksum of every file vecsift writes, storage/checksum.py);
+# version 1 files (zlib crc32 trailer) are still read.
+_VERSION = 2
+_TRAILER_ALGO = {1: ZLIB, 2: CRC32C}
 _EMPTY_PTR = np.zeros(1, np.int64)
 _EMPTY_I32 = np.zeros(0, np.int32)
 
@@ -455,6 +458,7 @@ class BM25Index:
         scores with those global numbers, as one index over all shards would."""
         k = check_k(k)
         v = self._get_view()
+        k = min(k, max(v.n_rows, 1))  # at most n rows come back: a larger k only costs (numba needs int64)
         if isinstance(statistics, dict):
             return self._search_one(query, k, self._given_scope(query, allow, v, statistics), v)
         return self._search_one(query, k, self._scope(allow, v, _check_statistics(statistics)), v)
@@ -522,6 +526,7 @@ class BM25Index:
             raise TypeError("queries must be a sequence of str; use search() for one query")
         queries = list(queries)
         k = check_k(k)
+        check_cells(len(queries), k)
         threads = check_threads(threads) or (os.cpu_count() or 1)
         if allows is not None and len(allows) != len(queries):
             raise ValueError(f"allows has {len(allows)} entries for {len(queries)} queries")
@@ -573,7 +578,7 @@ class BM25Index:
         with open(path, "wb") as f:
             for p in parts:
                 f.write(p)
-                crc = zlib.crc32(p, crc)
+                crc = update(CRC32C, p, crc)
             f.write(np.uint32(crc).tobytes() + _END)
             f.flush()
             os.fsync(f.fileno())
@@ -597,16 +602,22 @@ class BM25Index:
         if not data.endswith(_END):
             raise bad("truncated: end marker missing")
         version = int(np.frombuffer(data, "<u4", 1, len(_MAGIC))[0])
-        if version != _VERSION:
-            raise bad(f"format version {version}, this vecsift reads version {_VERSION}")
+        if version not in _TRAILER_ALGO:
+            raise bad(f"format version {version}, this vecsift reads versions {sorted(_TRAILER_ALGO)}")
         crc = int(np.frombuffer(data, "<u4", 1, len(data) - tail)[0])
-        if zlib.crc32(memoryview(data)[: len(data) - tail]) != crc:
+        if update(_TRAILER_ALGO[version], memoryview(data)[: len(data) - tail]) != crc:
             raise bad("checksum mismatch")
         hlen = int(np.frombuffer(data, "<u4", 1, len(_MAGIC) + 4)[0])
         off = len(_MAGIC) + 8
         try:
             header = json.loads(data[off: off + hlen].decode("utf-8"))
             off += hlen
+            if not isinstance(header, dict) or not isinstance(header.get("arrays"), list) or not all(
+                    isinstance(a, list) and len(a) == 3 for a in header["arrays"]):
+                raise bad("header is not an object with an array table")
+            if not all(isinstance(header.get(f), int) and not isinstance(header.get(f), bool) and header[f] >= 0
+                       for f in ("n_rows", "vocab_size", "vocab_bytes")):
+                raise bad("header sizes are not counts")
             arrs = {}
             if [a[0] for a in header["arrays"]] != list(_DTYPES):
                 raise bad("unexpected array list")
@@ -631,7 +642,7 @@ class BM25Index:
             tcfg = header["tokenizer"]
         except CorruptIndexError:
             raise
-        except (KeyError, TypeError, ValueError, UnicodeDecodeError) as exc:
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError, UnicodeDecodeError) as exc:
             raise bad(f"unreadable header: {exc}") from None
         V = len(terms)
         if V != header["vocab_size"] or len(set(terms)) != V:
@@ -662,9 +673,12 @@ class BM25Index:
             raise bad("document lengths do not match postings")
         if tcfg is None and tokenizer is None:
             raise ValueError(f"{name} was built with a custom tokenizer; pass tokenizer= to load()")
-        if tokenizer is None:
-            tokenizer = Tokenizer.from_config(tcfg)
-        idx = cls(k1=k1, b=b, tokenizer=tokenizer)
+        try:  # the header's tokenizer configuration and parameters, checked as if passed by a caller
+            if tokenizer is None:
+                tokenizer = Tokenizer.from_config(tcfg)
+            idx = cls(k1=k1, b=b, tokenizer=tokenizer)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise bad(f"bad parameters: {exc}") from None
         idx._vocab = _Vocab((t, i) for i, t in enumerate(terms))
         idx._a = (ptr.astype(np.int64), docs.astype(np.int32), tfs.astype(np.int32))
         idx._doclen, idx._state, idx._n_rows = doclen.astype(np.int32), state, n

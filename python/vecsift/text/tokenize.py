@@ -110,7 +110,14 @@ class Tokenizer:
 
     @classmethod
     def from_config(cls, cfg: dict) -> "Tokenizer":
-        return cls(parts=cfg.get("parts", True), stopwords=cfg.get("stopwords") or None)
+        """The tokeniser config() described; ValueError if cfg is not such a description (a damaged file)."""
+        if not isinstance(cfg, dict):
+            raise ValueError(f"tokenizer config must be an object, got {cfg!r}")
+        parts, stopwords = cfg.get("parts", True), cfg.get("stopwords") or None
+        if not isinstance(parts, bool) or not (stopwords is None or isinstance(stopwords, list) and
+                                               all(isinstance(w, str) for w in stopwords)):
+            raise ValueError(f"bad tokenizer config {cfg!r}")
+        return cls(parts=parts, stopwords=stopwords)
 
     def __repr__(self):
         return f"Tokenizer(parts={self.parts}, stopwords={len(self.stopwords)} words)"

@@ -9,6 +9,13 @@
 // nodes) live in a second arena of uint32 words: [count][m links] per level.
 // Cosine rows are unit-normalised on add, so cosine search is inner product.
 //
+// Codes mode (codes = kCodesInt8): level-0 records hold int8 codes of the rows
+// (kernels/hnsw_codes.hpp) and |x|^2 instead of the float32 vector, so a hop
+// reads ~4x fewer bytes; the float32 rows live in a separate array (rows_,
+// mapped from the file's last section when loaded with mmap) that the walk
+// never touches. Construction, the exact scan of small allow sets and the
+// final rescoring of the beam's best candidates use the float32 rows.
+//
 // Concurrency model (one writer, many readers):
 //  * add / save take writer_ (one at a time). add grows the arrays and copies
 //    the new rows under an exclusive lock on rw_ (a short pause for readers),
@@ -43,6 +50,7 @@
 
 #include "vecsift/kernels/cpu.hpp"
 #include "vecsift/kernels/distance.hpp"
+#include "vecsift/kernels/hnsw_codes.hpp"
 #include "vecsift/kernels/hnsw_kernels.hpp"
 #include "vecsift/kernels/parallel.hpp"
 #include "vecsift/kernels/topk.hpp"
@@ -135,6 +143,9 @@ struct HnswScratch {
   std::vector<HnswKeyId> cand, top, sel, prune, chosen;
   std::vector<uint32_t> nbr, kept;
   std::vector<float> keys, query;
+  std::vector<int16_t> qcode;  // the query as int16 (codes mode)
+  std::vector<uint32_t> rids;  // candidates being rescored (codes mode)
+  std::vector<float> rkeys;
   // Counters of the current query (search statistics): distances computed,
   // nodes expanded (hops), rows scored by the exact scan.
   uint64_t ndist = 0, nhops = 0, nscan = 0;
@@ -177,15 +188,45 @@ struct AllowSpec {
   bool active() const { return mask || labels; }
 };
 
+constexpr int kCodesFloat = 0, kCodesInt8 = 1;
+
+// Keys from the float32 rows (construction, exact scans, rescoring).
+struct FloatScorer {
+  const GraphKernels* k;
+  const float* q;
+  const char* base;
+  size_t stride, dim;
+  void batch(const uint32_t* ids, size_t cnt, float* out) const { k->batch(q, base, stride, ids, cnt, dim, out); }
+  float pair(uint32_t id) const { return k->pair(q, reinterpret_cast<const float*>(base + id * stride), dim); }
+};
+
+// Keys from the int8 codes of the level-0 records (the walk in codes mode).
+struct CodeScorer {
+  CodeBatchFn fn;
+  CodeQuery cq;
+  const char* base;
+  size_t stride;
+  void batch(const uint32_t* ids, size_t cnt, float* out) const { fn(cq, base, stride, ids, cnt, out); }
+  float pair(uint32_t id) const {
+    float out;
+    fn(cq, base, stride, &id, 1, &out);
+    return out;
+  }
+};
+
 class HNSWGraph {
  public:
-  HNSWGraph(size_t dim, Metric metric, size_t m, size_t ef_construction, uint64_t seed)
-      : dim_(dim), metric_(metric), m_(m), m0_(2 * m), efc_(ef_construction), seed_(seed) {
+  HNSWGraph(size_t dim, Metric metric, size_t m, size_t ef_construction, uint64_t seed, int codes = kCodesFloat)
+      : dim_(dim), metric_(metric), m_(m), m0_(2 * m), efc_(ef_construction), seed_(seed), codes_(codes) {
     if (dim == 0 || dim > (1u << 16)) throw std::invalid_argument("dim must be in [1, 65536]");
+    if (codes != kCodesFloat && codes != kCodesInt8) throw std::invalid_argument("codes must be float32 or int8");
+    if (codes == kCodesInt8 && dim > kCodeMaxDim)
+      throw std::invalid_argument("codes='int8' supports dim <= " + std::to_string(kCodeMaxDim));
     if (m < 2 || m > 512) throw std::invalid_argument("m must be in [2, 512]");
     if (ef_construction < 1 || ef_construction > (1u << 20))
       throw std::invalid_argument("ef_construction must be in [1, 1048576]");
-    links_off_ = (dim * sizeof(float) + 3) / 4 * 4;
+    cd_ = code_dim(dim);
+    links_off_ = codes_ ? cd_ + sizeof(float) : (dim * sizeof(float) + 3) / 4 * 4;
     rec_bytes_ = (links_off_ + (1 + m0_) * sizeof(uint32_t) + 63) / 64 * 64;
     ml_ = 1.0 / std::log(static_cast<double>(m));
     set_level(active_level());
@@ -198,6 +239,38 @@ class HNSWGraph {
   size_t ef_construction() const { return efc_; }
   uint64_t seed() const { return seed_; }
   size_t ef_search() const { return ef_search_.load(std::memory_order_relaxed); }
+  int codes() const { return codes_; }
+  // Codes mode: best candidates of the beam rescored with float32 rows (0: auto, max(3k, 20); at least k).
+  size_t rescore() const { return rescore_.load(std::memory_order_relaxed); }
+  void set_rescore(size_t r) { rescore_.store(r, std::memory_order_relaxed); }
+  size_t record_bytes() const { return rec_bytes_; }
+  // Codes mode, for tests: the grid, a node's codes (code_dim bytes) and |x|^2, and walk keys
+  // of a query (as given: the caller normalises cosine queries) for nodes by internal id.
+  std::pair<std::vector<float>, std::vector<float>> code_grid() const {
+    std::shared_lock<std::shared_mutex> r(rw_);
+    return {qmu_, qstep_};
+  }
+  void node_codes(uint32_t id, int8_t* out, float* norm2) const {
+    std::shared_lock<std::shared_mutex> r(rw_);
+    if (id >= n_) throw std::invalid_argument("node id out of range");
+    const char* rec = records_.data() + static_cast<size_t>(id) * rec_bytes_;
+    std::memcpy(out, rec, cd_);
+    std::memcpy(norm2, rec + cd_, sizeof(float));
+  }
+  float code_keys(const float* q, const uint32_t* ids, size_t cnt, int16_t* qq, float* keys) const {
+    std::shared_lock<std::shared_mutex> r(rw_);
+    if (qstep_.empty()) throw std::invalid_argument("the index has no code grid yet (empty)");
+    for (size_t i = 0; i < cnt; ++i)
+      if (ids[i] >= n_) throw std::invalid_argument("node id out of range");
+    const float t = encode_query(q, qstep_.data(), dim_, cd_, qq);
+    cbatch_(CodeQuery{qq, t, metric_ == Metric::L2, cd_}, records_.data(), rec_bytes_, ids, cnt, keys);
+    return t;
+  }
+  // Codes mode: bytes of the float32 rows array (held or mapped), which the walk never reads.
+  size_t row_bytes() const {
+    std::shared_lock<std::shared_mutex> r(rw_);
+    return rows_.capacity();
+  }
   void set_ef_search(size_t ef) {
     if (ef < 1) throw std::invalid_argument("ef_search must be positive");
     ef_search_.store(ef, std::memory_order_relaxed);
@@ -217,7 +290,7 @@ class HNSWGraph {
   }
   size_t nbytes() const {
     std::shared_lock<std::shared_mutex> r(rw_);
-    size_t b = records_.capacity() + upper_.capacity();
+    size_t b = records_.capacity() + upper_.capacity() + rows_.capacity();
     b += labels_.capacity() * 8 + levels_.capacity() + state_.capacity() + upper_off_.capacity() * 8;
     b += live_bits_.capacity() * 8;
     b += label_to_id_.size() * (sizeof(uint64_t) + sizeof(uint32_t) + 2 * sizeof(void*));
@@ -226,6 +299,7 @@ class HNSWGraph {
   void set_level(Level level) {
     level_ = clamp_level(level);
     kern_ = graph_kernels(level_, metric_ == Metric::L2, dim_);
+    cbatch_ = code_batch_kernel(level_);
   }
   double scan_threshold(size_t ef) const { return graph_scan_threshold(n_, ef); }
 
@@ -385,8 +459,13 @@ class HNSWGraph {
   static constexpr size_t kStripes = 1024;
 
   // ---------------------------------------------------------------- storage access
-  const float* vec(uint32_t id) const { return reinterpret_cast<const float*>(records_.data() + id * rec_bytes_); }
-  float* vec_mut(uint32_t id) { return reinterpret_cast<float*>(records_.data() + id * rec_bytes_); }
+  // The float32 row of a node: in its level-0 record, or (codes mode) in rows_.
+  const char* fbase() const { return codes_ ? rows_.data() : records_.data(); }
+  size_t fstride() const { return codes_ ? dim_ * sizeof(float) : rec_bytes_; }
+  const float* vec(uint32_t id) const { return reinterpret_cast<const float*>(fbase() + id * fstride()); }
+  float* vec_mut(uint32_t id) { return const_cast<float*>(vec(id)); }
+  char* rec_mut(uint32_t id) { return records_.data() + static_cast<size_t>(id) * rec_bytes_; }
+  FloatScorer float_scorer(const float* q) const { return FloatScorer{&kern_, q, fbase(), fstride(), dim_}; }
   uint32_t* links(uint32_t id, int lev) const {
     if (lev == 0) return reinterpret_cast<uint32_t*>(records_.data() + id * rec_bytes_ + links_off_);
     return reinterpret_cast<uint32_t*>(upper_.data()) + upper_off_[id] + (lev - 1) * (m_ + 1);
@@ -464,6 +543,7 @@ class HNSWGraph {
   // not yet visible). Called under the exclusive lock.
   void grow(size_t total, const float* x, size_t m, const std::vector<uint64_t>& labs) {
     const size_t n0 = n_;
+    if (codes_ && qmu_.empty()) fit_codes(x, m);  // the first rows added fix the code grid
     std::vector<uint8_t> lv(m);
     size_t upper_add = 0;
     for (size_t i = 0; i < m; ++i) {
@@ -471,6 +551,7 @@ class HNSWGraph {
       upper_add += lv[i] * (m_ + 1);
     }
     records_.reserve(total * rec_bytes_, n0 * rec_bytes_);
+    if (codes_) rows_.reserve(total * dim_ * sizeof(float), n0 * dim_ * sizeof(float));
     upper_.reserve((upper_words_ + upper_add) * 4, upper_words_ * 4);
     // Grow by half only when full: growing on every add compounded (1.5^adds).
     if (total > labels_.capacity()) labels_.reserve(std::max(total, labels_.capacity() * 3 / 2));
@@ -484,7 +565,8 @@ class HNSWGraph {
       float* v = vec_mut(id);
       std::memcpy(v, x + i * dim_, dim_ * sizeof(float));
       if (metric_ == Metric::Cosine) normalize_row(v, dim_);
-      std::memset(reinterpret_cast<char*>(v) + links_off_, 0, rec_bytes_ - links_off_);
+      std::memset(rec_mut(id) + links_off_, 0, rec_bytes_ - links_off_);
+      if (codes_) encode_node(id);
       labels_.push_back(labs[i]);
       levels_.push_back(lv[i]);
       state_.push_back(0);
@@ -495,6 +577,50 @@ class HNSWGraph {
     }
     live_bits_.resize((total + 63) / 64, 0);
     maybe_drop_mapping();
+  }
+
+  // Codes mode: per-dimension mean and step from (a sample of) the first rows:
+  // step = the 99.9th percentile of |x_i - mu_i| over 127, so a few outliers
+  // clip instead of coarsening every code.
+  void fit_codes(const float* x, size_t m) {
+    const size_t take = std::min<size_t>(m, 20000);
+    std::vector<float> sample(take * dim_);
+    for (size_t j = 0; j < take; ++j) {
+      const size_t i = take == m ? j : j * m / take;
+      std::memcpy(&sample[j * dim_], x + i * dim_, dim_ * sizeof(float));
+      if (metric_ == Metric::Cosine) normalize_row(&sample[j * dim_], dim_);
+    }
+    std::vector<float> mu(dim_, 0.0f), step(dim_, 1.0f), col(take);
+    for (size_t d = 0; d < dim_; ++d) {
+      double acc = 0;
+      for (size_t j = 0; j < take; ++j) acc += sample[j * dim_ + d];
+      mu[d] = static_cast<float>(acc / static_cast<double>(std::max<size_t>(take, 1)));
+      for (size_t j = 0; j < take; ++j) col[j] = std::fabs(sample[j * dim_ + d] - mu[d]);
+      float q = 0;
+      if (take) {
+        const size_t at = std::min(take - 1, static_cast<size_t>(0.999 * static_cast<double>(take)));
+        std::nth_element(col.begin(), col.begin() + at, col.end());
+        q = col[at];
+      }
+      step[d] = q > 0 && std::isfinite(q) ? q / 127.0f : 1.0f;
+    }
+    set_code_params(std::move(mu), std::move(step));
+  }
+
+  void set_code_params(std::vector<float> mu, std::vector<float> step) {
+    qinv_.resize(dim_);
+    for (size_t d = 0; d < dim_; ++d) qinv_[d] = 1.0f / step[d];
+    qmu_ = std::move(mu);
+    qstep_ = std::move(step);
+  }
+
+  void encode_node(uint32_t id) {
+    char* r = rec_mut(id);
+    const float* v = vec(id);
+    encode_row(v, qmu_.data(), qinv_.data(), dim_, cd_, reinterpret_cast<int8_t*>(r));
+    float n2 = 0;
+    for (size_t d = 0; d < dim_; ++d) n2 += v[d] * v[d];
+    std::memcpy(r + cd_, &n2, sizeof n2);
   }
 
   // Drops nodes [keep, n_) again: rows of an interrupted add that were never
@@ -516,7 +642,8 @@ class HNSWGraph {
   }
 
   void maybe_drop_mapping() {
-    if (mapping_ && records_.owned() && (upper_.owned() || upper_words_ == 0)) mapping_.reset();
+    if (mapping_ && records_.owned() && (upper_.owned() || upper_words_ == 0) && (rows_.owned() || !codes_))
+      mapping_.reset();
   }
 
   void update_live(uint32_t id, uint8_t old_state, uint8_t new_state) {
@@ -567,7 +694,8 @@ class HNSWGraph {
 
   // ---------------------------------------------------------------- graph walks
   // Greedy descent on one upper level: move to the best neighbour until none is better.
-  void greedy(const float* q, uint32_t& cur, float& cur_key, int lev, HnswScratch& s) const {
+  template <class Scorer>
+  void greedy(const Scorer& sc, uint32_t& cur, float& cur_key, int lev, HnswScratch& s) const {
     bool changed = true;
     while (changed) {
       changed = false;
@@ -576,7 +704,7 @@ class HNSWGraph {
       for (size_t j = 0; j < cnt; ++j) s.nbr[j] = load_link(l, j);
       ++s.nhops;
       s.ndist += cnt;
-      kern_.batch(q, records_.data(), rec_bytes_, s.nbr.data(), cnt, dim_, s.keys.data());
+      sc.batch(s.nbr.data(), cnt, s.keys.data());
       for (size_t j = 0; j < cnt; ++j)
         if (s.keys[j] < cur_key) {
           cur_key = s.keys[j];
@@ -588,11 +716,10 @@ class HNSWGraph {
 
   // Beam search with width ef on one level from ep. s.top ends as a max-heap of
   // up to ef eligible nodes; every reachable node may be expanded.
-  template <class Elig>
-  void search_layer(const float* q, uint32_t ep, float ep_key, size_t ef, int lev, HnswScratch& s,
+  template <class Scorer, class Elig>
+  void search_layer(const Scorer& sc, uint32_t ep, float ep_key, size_t ef, int lev, HnswScratch& s,
                     const Elig& elig) const {
     const size_t maxc = lev == 0 ? m0_ : m_;
-    const char* base = records_.data();
     const size_t n = n_;
     s.reset_visited();
     s.cand.clear();
@@ -631,7 +758,7 @@ class HNSWGraph {
       ++s.nhops;
       if (!nn) continue;
       s.ndist += nn;
-      kern_.batch(q, base, rec_bytes_, s.nbr.data(), nn, dim_, s.keys.data());
+      sc.batch(s.nbr.data(), nn, s.keys.data());
       for (size_t j = 0; j < nn; ++j) {
         const float key = s.keys[j];
         if (!(key < lower)) continue;
@@ -664,14 +791,42 @@ class HNSWGraph {
     const size_t want = std::min(k, elig.count);
     const uint64_t e = entry_.load(std::memory_order_acquire);
     if (want && !scan && e != kEmptyEntry) {
-      uint32_t cur = entry_id(e);
-      float cur_key = kern_.pair(q, vec(cur), dim_);
-      ++s.ndist;
-      for (int lev = entry_level(e); lev > 0; --lev) greedy(q, cur, cur_key, lev, s);
-      search_layer(q, cur, cur_key, std::max(ef, k), 0, s, [&](uint32_t v) { return elig.test(v); });
-      std::sort(s.top.begin(), s.top.end(), [&](const HnswKeyId& a, const HnswKeyId& b) {
+      auto by_key = [&](const HnswKeyId& a, const HnswKeyId& b) {
         return a.key < b.key || (a.key == b.key && labels_[a.id] < labels_[b.id]);
-      });
+      };
+      uint32_t cur = entry_id(e);
+      const auto el = [&](uint32_t v) { return elig.test(v); };
+      if (codes_) {
+        if (s.qcode.size() < cd_) s.qcode.resize(cd_);
+        const float t = encode_query(q, qstep_.data(), dim_, cd_, s.qcode.data());
+        const CodeScorer sc{cbatch_, CodeQuery{s.qcode.data(), t, metric_ == Metric::L2, cd_}, records_.data(),
+                            rec_bytes_};
+        float cur_key = sc.pair(cur);
+        ++s.ndist;
+        for (int lev = entry_level(e); lev > 0; --lev) greedy(sc, cur, cur_key, lev, s);
+        search_layer(sc, cur, cur_key, std::max(ef, k), 0, s, el);
+        // Rescore the best candidates of the beam with the float32 rows.
+        // 0 (auto): 3k, at least 20 -- on MiniLM 30k, 2k already gave the recall of the whole beam.
+        const size_t want_r = rescore() ? std::max(rescore(), k) : std::max<size_t>(3 * k, 20);
+        const size_t r = std::min(s.top.size(), want_r);
+        if (r < s.top.size()) {
+          std::nth_element(s.top.begin(), s.top.begin() + r, s.top.end(), key_less);
+          s.top.resize(r);
+        }
+        s.rids.resize(r);
+        s.rkeys.resize(r);
+        for (size_t j = 0; j < r; ++j) s.rids[j] = s.top[j].id;
+        kern_.batch(q, rows_.data(), dim_ * sizeof(float), s.rids.data(), r, dim_, s.rkeys.data());
+        s.ndist += r;
+        for (size_t j = 0; j < r; ++j) s.top[j].key = s.rkeys[j];
+      } else {
+        const FloatScorer sc = float_scorer(q);
+        float cur_key = sc.pair(cur);
+        ++s.ndist;
+        for (int lev = entry_level(e); lev > 0; --lev) greedy(sc, cur, cur_key, lev, s);
+        search_layer(sc, cur, cur_key, std::max(ef, k), 0, s, el);
+      }
+      std::sort(s.top.begin(), s.top.end(), by_key);
       found = std::min(k, s.top.size());
       for (size_t j = 0; j < found; ++j) {
         out_labels[j] = static_cast<int64_t>(labels_[s.top[j].id]);
@@ -697,7 +852,7 @@ class HNSWGraph {
       float keys[64];
       for (size_t i = 0; i < elig.count; i += 64) {
         const size_t cnt = std::min<size_t>(64, elig.count - i);
-        kern_.batch(q, records_.data(), rec_bytes_, elig.list + i, cnt, dim_, keys);
+        kern_.batch(q, fbase(), fstride(), elig.list + i, cnt, dim_, keys);
         for (size_t j = 0; j < cnt; ++j)
           if (keys[j] <= top.threshold()) top.push(keys[j], static_cast<int64_t>(labels_[elig.list[i + j]]));
       }
@@ -714,7 +869,7 @@ class HNSWGraph {
         bits &= bits - 1;
       }
       if (!cnt) continue;
-      kern_.batch(q, records_.data(), rec_bytes_, ids, cnt, dim_, keys);
+      kern_.batch(q, fbase(), fstride(), ids, cnt, dim_, keys);
       for (size_t j = 0; j < cnt; ++j)
         if (keys[j] <= top.threshold()) top.push(keys[j], static_cast<int64_t>(labels_[ids[j]]));
     }
@@ -750,7 +905,7 @@ class HNSWGraph {
       bool good = true;
       for (size_t o = 0; o < out.size() && good; o += 8) {
         const size_t cnt = std::min<size_t>(8, out.size() - o);
-        kern_.batch(cv, records_.data(), rec_bytes_, s.kept.data() + o, cnt, dim_, keys);
+        kern_.batch(cv, fbase(), fstride(), s.kept.data() + o, cnt, dim_, keys);
         for (size_t j = 0; j < cnt; ++j) good = good && !(keys[j] < c.key);
       }
       if (good) {
@@ -775,10 +930,11 @@ class HNSWGraph {
     const int maxl = entry_level(e);
     if (L <= maxl) top_lock.unlock();  // only a new top node holds it to the end
     uint32_t cur = entry_id(e);
-    float cur_key = kern_.pair(v, vec(cur), dim_);
-    for (int lev = maxl; lev > L; --lev) greedy(v, cur, cur_key, lev, s);
+    const FloatScorer sc = float_scorer(v);
+    float cur_key = sc.pair(cur);
+    for (int lev = maxl; lev > L; --lev) greedy(sc, cur, cur_key, lev, s);
     for (int lev = std::min(L, maxl); lev >= 0; --lev) {
-      search_layer(v, cur, cur_key, efc_, lev, s, [](uint32_t) { return true; });
+      search_layer(sc, cur, cur_key, efc_, lev, s, [](uint32_t) { return true; });
       std::sort(s.top.begin(), s.top.end(), key_less);
       s.top.erase(std::remove_if(s.top.begin(), s.top.end(), [&](const HnswKeyId& x) { return x.id == q; }),
                   s.top.end());
@@ -817,7 +973,7 @@ class HNSWGraph {
       s.prune.clear();
       s.prune.push_back({nb.key, q});
       for (size_t j = 0; j < cnt; ++j) s.nbr[j] = load_link(l, j);
-      kern_.batch(bv, records_.data(), rec_bytes_, s.nbr.data(), cnt, dim_, s.keys.data());
+      kern_.batch(bv, fbase(), fstride(), s.nbr.data(), cnt, dim_, s.keys.data());
       for (size_t j = 0; j < cnt; ++j) s.prune.push_back({s.keys[j], s.nbr[j]});
       std::sort(s.prune.begin(), s.prune.end(), key_less);
       select_neighbors(s.prune, maxc, s.sel, s);
@@ -831,9 +987,15 @@ class HNSWGraph {
   size_t m_, m0_, efc_;
   uint64_t seed_;
   double ml_ = 0;
+  int codes_ = kCodesFloat;
+  size_t cd_ = 0;  // padded code dimension (codes mode)
   size_t links_off_ = 0, rec_bytes_ = 0;
   Level level_ = Level::Scalar;
   GraphKernels kern_{};
+  CodeBatchFn cbatch_ = nullptr;
+  std::vector<float> qmu_, qstep_, qinv_;  // codes mode: grid of the codes (empty until the first add)
+  GraphBuffer rows_;                       // codes mode: n_ float32 rows (normalised for cosine)
+  std::atomic<size_t> rescore_{0};
 
   size_t n_ = 0;  // nodes allocated (some may still be linking)
   uint64_t label_bound_ = 0;

@@ -1,4 +1,11 @@
-// HNSW file format, version 1 (little-endian):
+// HNSW file format, versions 1 and 2 (little-endian). Version 1: float32
+// records. Version 2 (codes mode, int8 codes in the records): the same header
+// with `codes` = 1 and two more sections after the upper links: the code grid
+// (dim float means, dim float steps; empty when n = 0) and the float32 rows
+// (n * dim), mapped with the rest and read only for rescoring and exact scans.
+// Float graphs are still written as version 1, so older builds read them.
+//
+// Version 1 layout:
 //
 //   [0, 128)   header: magic "VSFTHNSW", version, dim, metric, m, counts,
 //              entry point, file size, CRC-32C of the payload, CRC-32C of
@@ -55,24 +62,28 @@ struct HnswHeader {
   int32_t entry_level;  // -1: empty graph
   uint32_t identity;
   uint32_t payload_crc;
-  uint8_t reserved[128 - 100];
+  uint32_t codes;  // 0 float32 records (version 1), 1 int8 codes (version 2)
+  uint8_t reserved[128 - 104];
   uint32_t header_crc;
 };
 static_assert(sizeof(HnswHeader) == 128, "header is 128 bytes");
 
 struct HnswFile {
   static constexpr char kMagic[8] = {'V', 'S', 'F', 'T', 'H', 'N', 'S', 'W'};
-  static constexpr uint32_t kVersion = 1;
+  static constexpr uint32_t kVersion = 1, kVersionCodes = 2;
 
   static uint64_t align64(uint64_t x) { return (x + 63) / 64 * 64; }
 
   struct Layout {
     uint64_t records, labels, levels, state, upper, end;
+    uint64_t grid = 0, grid_bytes = 0, rows = 0, rows_bytes = 0;  // version 2
   };
   // Section offsets; false on arithmetic overflow (a crafted header).
-  static bool layout(uint64_t n, uint64_t rec_bytes, uint64_t upper_words, Layout* out) {
+  static bool layout(uint64_t n, uint64_t rec_bytes, uint64_t upper_words, Layout* out, uint32_t codes = 0,
+                     uint64_t dim = 0) {
     const uint64_t lim = uint64_t{1} << 56;
     if (n > lim / 64 || rec_bytes > (uint64_t{1} << 20) || upper_words > lim) return false;
+    if (codes && (dim == 0 || dim > (uint64_t{1} << 16) || n > lim / (4 * dim))) return false;
     Layout l;
     l.records = 128;
     l.labels = align64(l.records + n * rec_bytes);
@@ -80,6 +91,13 @@ struct HnswFile {
     l.state = align64(l.levels + n);
     l.upper = align64(l.state + n);
     l.end = l.upper + upper_words * 4;
+    if (codes) {
+      l.grid = align64(l.end);
+      l.grid_bytes = n ? 2 * dim * 4 : 0;
+      l.rows = align64(l.grid + l.grid_bytes);
+      l.rows_bytes = n * dim * 4;
+      l.end = l.rows + l.rows_bytes;
+    }
     *out = l;
     return true;
   }
@@ -103,8 +121,13 @@ struct HnswFile {
     std::shared_lock<std::shared_mutex> r(g.rw_);
     const uint64_t n = g.n_;
     Layout l;
-    layout(n, g.rec_bytes_, g.upper_words_, &l);
+    layout(n, g.rec_bytes_, g.upper_words_, &l, static_cast<uint32_t>(g.codes_), g.dim_);
     std::vector<uint8_t> deleted(n);
+    std::vector<float> grid;
+    if (g.codes_ && n) {
+      grid = g.qmu_;
+      grid.insert(grid.end(), g.qstep_.begin(), g.qstep_.end());
+    }
     for (size_t i = 0; i < n; ++i) deleted[i] = (g.state_[i] & HNSWGraph::kDeleted) ? 1 : 0;
 
     struct Piece {
@@ -112,11 +135,15 @@ struct HnswFile {
       const void* p;
       uint64_t bytes;
     };
-    const Piece pieces[] = {{l.records, g.records_.data(), n * g.rec_bytes_},
-                            {l.labels, g.labels_.data(), n * 8},
-                            {l.levels, g.levels_.data(), n},
-                            {l.state, deleted.data(), n},
-                            {l.upper, g.upper_.data(), g.upper_words_ * 4}};
+    std::vector<Piece> pieces = {{l.records, g.records_.data(), n * g.rec_bytes_},
+                                 {l.labels, g.labels_.data(), n * 8},
+                                 {l.levels, g.levels_.data(), n},
+                                 {l.state, deleted.data(), n},
+                                 {l.upper, g.upper_.data(), g.upper_words_ * 4}};
+    if (g.codes_) {
+      pieces.push_back({l.grid, grid.data(), l.grid_bytes});
+      pieces.push_back({l.rows, g.rows_.data(), l.rows_bytes});
+    }
     static const char zeros[64] = {};
     uint32_t crc = crc32c_init();
     uint64_t pos = 128;
@@ -129,7 +156,8 @@ struct HnswFile {
     HnswHeader h;
     std::memset(&h, 0, sizeof h);
     std::memcpy(h.magic, kMagic, 8);
-    h.version = kVersion;
+    h.version = g.codes_ ? kVersionCodes : kVersion;
+    h.codes = static_cast<uint32_t>(g.codes_);
     h.header_bytes = sizeof(HnswHeader);
     h.dim = static_cast<uint32_t>(g.dim_);
     h.metric = static_cast<uint32_t>(g.metric_);
@@ -261,13 +289,15 @@ struct HnswFile {
     read_at(0, &h, sizeof h);
     if (std::memcmp(h.magic, kMagic, 8) != 0) corrupt(path, "not a vecsift HNSW file (bad magic)");
     if (h.header_crc != header_crc(h)) corrupt(path, "header checksum mismatch");
-    if (h.version != kVersion)
-      corrupt(path, "unsupported format version " + std::to_string(h.version) + " (this build reads 1)");
+    if (h.version != kVersion && h.version != kVersionCodes)
+      corrupt(path, "unsupported format version " + std::to_string(h.version) + " (this build reads 1 and 2)");
+    if (h.codes != (h.version == kVersionCodes ? 1u : 0u)) corrupt(path, "bad codes field for the format version");
     if (h.header_bytes != sizeof(HnswHeader)) corrupt(path, "bad header size");
     if (h.metric > 2) corrupt(path, "bad metric");
     std::unique_ptr<HNSWGraph> g;
     try {
-      g.reset(new HNSWGraph(h.dim, static_cast<Metric>(h.metric), h.m, h.ef_construction, h.seed));
+      g.reset(new HNSWGraph(h.dim, static_cast<Metric>(h.metric), h.m, h.ef_construction, h.seed,
+                            static_cast<int>(h.codes)));
     } catch (const std::invalid_argument& e) {
       corrupt(path, std::string("bad header: ") + e.what());
     }
@@ -275,7 +305,7 @@ struct HnswFile {
     if (h.n >= std::numeric_limits<uint32_t>::max()) corrupt(path, "bad row count");
     const uint64_t n = h.n;
     Layout l;
-    if (!layout(n, h.rec_bytes, h.upper_words, &l)) corrupt(path, "bad section sizes");
+    if (!layout(n, h.rec_bytes, h.upper_words, &l, h.codes, h.dim)) corrupt(path, "bad section sizes");
     if (h.file_bytes != l.end) corrupt(path, "header sizes disagree with the recorded file size");
     if (size < l.end) corrupt(path, "truncated: " + std::to_string(size) + " bytes, expected " + std::to_string(l.end));
     if (size > l.end) corrupt(path, "trailing bytes after the index");
@@ -284,6 +314,7 @@ struct HnswFile {
     // Sections: with mmap the big two (records, upper links) are mapped; else
     // every section is read straight into its final buffer (no second copy).
     std::vector<uint8_t> lvv(n), delv(n);
+    std::vector<float> grid(l.grid_bytes / 4);
     g->labels_.resize(n);
     const char* rec;
     const uint32_t* upper;
@@ -301,20 +332,29 @@ struct HnswFile {
       std::memcpy(delv.data(), base + l.state, n);
       g->records_.borrow(const_cast<char*>(base + l.records), n * h.rec_bytes);
       g->upper_.borrow(const_cast<char*>(base + l.upper), h.upper_words * 4);
+      if (h.codes) {
+        std::memcpy(grid.data(), base + l.grid, l.grid_bytes);
+        g->rows_.borrow(const_cast<char*>(base + l.rows), l.rows_bytes);
+      }
       g->mapping_ = mapping;
     } else {
       g->records_.reserve(n * h.rec_bytes, 0);
       g->upper_.reserve(h.upper_words * 4, 0);
+      if (h.codes) g->rows_.reserve(l.rows_bytes, 0);
       struct Piece {
         uint64_t off;
         void* dst;
         uint64_t bytes;
       };
-      const Piece pieces[] = {{l.records, g->records_.data(), n * h.rec_bytes},
-                              {l.labels, g->labels_.data(), n * 8},
-                              {l.levels, lvv.data(), n},
-                              {l.state, delv.data(), n},
-                              {l.upper, g->upper_.data(), h.upper_words * 4}};
+      std::vector<Piece> pieces = {{l.records, g->records_.data(), n * h.rec_bytes},
+                                   {l.labels, g->labels_.data(), n * 8},
+                                   {l.levels, lvv.data(), n},
+                                   {l.state, delv.data(), n},
+                                   {l.upper, g->upper_.data(), h.upper_words * 4}};
+      if (h.codes) {
+        pieces.push_back({l.grid, grid.data(), l.grid_bytes});
+        pieces.push_back({l.rows, g->rows_.data(), l.rows_bytes});
+      }
       char gap[64];
       uint64_t pos = 128;
       for (const Piece& pc : pieces) {
@@ -329,6 +369,13 @@ struct HnswFile {
     }
     if (verify && crc32c_final(crc) != h.payload_crc) corrupt(path, "payload checksum mismatch");
     g->file_crc_ = h.payload_crc;
+    if (h.codes && n) {
+      const size_t d = h.dim;
+      for (size_t i = 0; i < d; ++i)
+        if (!std::isfinite(grid[i]) || !std::isfinite(grid[d + i]) || !(grid[d + i] > 0))
+          corrupt(path, "bad code grid");
+      g->set_code_params(std::vector<float>(grid.begin(), grid.begin() + d), std::vector<float>(grid.begin() + d, grid.end()));
+    }
     rec = g->records_.data();
     upper = reinterpret_cast<const uint32_t*>(g->upper_.data());
     const uint8_t* lv = lvv.data();

@@ -110,6 +110,10 @@ class QuantBQDense:
     def load(cls, directory, entry: dict, dim: int, metric: str, params: dict, writable: bool) -> "QuantBQDense":
         if entry.get("codes") != CODES_FORMAT:
             raise CorruptIndexError(f"dense entry holds codes {entry.get('codes')!r}, this vecsift reads {CODES_FORMAT}")
+        try:  # the manifest's copy: defaults for keys older writers did not record, checked ranges
+            params = normalise_params(params)
+        except (ValueError, TypeError) as exc:
+            raise CorruptIndexError(f"MANIFEST: bad index parameters: {exc}") from None
         model = None
         if entry.get("model"):
             path = cls._check_model(directory, entry)
@@ -120,11 +124,15 @@ class QuantBQDense:
         else:
             index = cls._new_index(dim, metric, params)
         rf = RowFile.open_entry(directory, entry, "qcodes", "uint8", cls.width(index), writable)
-        self = cls(dim, metric, params, rf, index, model)
-        if entry["rows"]:
-            if model is None:
-                raise CorruptIndexError("quantised codes without their model file")
-            self._publish_rows(rf.read_all(entry["rows"], rf.crc))  # verified against the manifest
+        try:
+            self = cls(dim, metric, params, rf, index, model)
+            if entry["rows"]:
+                if model is None:
+                    raise CorruptIndexError("quantised codes without their model file")
+                self._publish_rows(rf.read_all(entry["rows"], rf.crc))  # verified against the manifest
+        except BaseException:
+            rf.close()
+            raise
         return self
 
     @staticmethod

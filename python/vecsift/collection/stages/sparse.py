@@ -8,7 +8,7 @@ that are not allowed, are never scored, and BM25's statistics (N, avgdl, df)
 are those of the allowed rows (statistics="allowed"): a tenant's scores are
 what an index of only its own visible chunks would give. The index file is
 rewritten whole at each commit that changed it (bm25-G.bin) and its CRC-32C kept
-in the manifest (the file keeps its own zlib trailer, text/bm25.py).
+in the manifest (the file has its own CRC-32C trailer too, text/bm25.py).
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vecsift.collection.ingest import HEADING_SEP  # noqa: F401 - documented separator of heading paths
+from vecsift.errors import CorruptIndexError
 from vecsift.storage import fileops
 from vecsift.storage.checksum import CRC32C, check, file_checksum
 from vecsift.storage.framing import missing_file
@@ -64,7 +65,12 @@ class BM25Sparse:
         except FileNotFoundError:
             raise missing_file(path) from None
         check(entry, data, path)
-        return cls(BM25Index._from_bytes(data, None, path), dict(entry))
+        try:
+            return cls(BM25Index._from_bytes(data, None, path), dict(entry))
+        except CorruptIndexError:
+            raise
+        except ValueError as exc:  # "built with a custom tokenizer": a collection never writes one
+            raise CorruptIndexError(f"{path}: {exc}") from None
 
     def add_rows(self, start: int, texts: pa.Array) -> None:
         """Indexes the non-null texts of rows start, start+1, ..."""

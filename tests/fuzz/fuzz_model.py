@@ -1,0 +1,21 @@
+"""Target: the quantised model quant-G.vsq (QuantizedIndex.load) inside a collection, and codes-G.q with it.
+
+variant = (fixture, file, writable open); see harness.collection_file_input."""
+import harness
+
+with harness.instrumented(__name__):
+    import vecsift  # noqa: F401
+
+CHOICES = (("quant", "quant-", False), ("quant", "quant-", True))
+
+
+def seeds():
+    return harness.collection_file_seeds(CHOICES)
+
+
+def one_input(data: bytes) -> None:
+    harness.collection_file_input(data, CHOICES)
+
+
+if __name__ == "__main__":
+    harness.main(seeds, one_input)
