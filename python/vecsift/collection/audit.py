@@ -25,8 +25,9 @@ A crash can leave a torn last record. It is reported, not fatal: the next writer
 after it but starts the next file, whose first record (event "damaged_tail") chains to the last
 whole record.
 
-Buffering: records are queued in memory and written by a background thread every flush_ms
-(default 100 ms; at close, at exit, and when 10,000 are queued). A process that dies loses at most
+Buffering: records are queued in memory and written every flush_ms (default 100 ms) by the search
+that finds the queue that old, or by a background thread when no search comes; also at close, at
+exit, and when 10,000 are queued. A process that dies loses at most
 the records of its last flush_ms; a power loss also loses what the OS had not written back, unless
 fsync=True. flush_ms=0 writes each record before the search returns. A write that fails (disk
 full, no permission) makes every later search of that collection raise AuditError until a write
@@ -192,8 +193,8 @@ class AuditLog:
         While searches run, the search that finds the queue flush_ms old writes it (one batch, a
         fraction of a millisecond every flush_ms): a flush thread doing it instead would contend for
         the GIL with every search and, on a busy machine, hold it while descheduled (measured: 14%
-        fewer QPS on the hnsw benchmark, against a few percent this way). The thread only writes what
-        an idle process left queued."""
+        fewer QPS on the hnsw benchmark, 5.6% this way). The thread only writes what an idle process
+        left queued."""
         self.check()
         self._queue.append(payload)
         if self.cfg["flush_ms"] == 0 or len(self._queue) >= MAX_PENDING or self._closed:
