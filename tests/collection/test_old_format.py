@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fixture_arrays import load_array
+
 import vecsift
 from vecsift.storage.framing import read_manifest
 
@@ -23,7 +25,7 @@ def searches(c, x):
 
 @pytest.mark.parametrize("index", ["bq", "hnsw"])
 def test_old_collection_reads_commits_and_compacts(tmp_path, index):
-    x = np.load(DATA / "vectors.npy")
+    x = load_array(DATA / "vectors.json")
     path = tmp_path / index
     shutil.copytree(DATA / index, path)
     old = read_manifest(path)

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-pytest.importorskip("atheris")
+pytest.importorskip("atheris", reason='the fuzz targets need atheris (pip install "vecsift[fuzz]"; the test extra has it)')
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGETS = sorted(os.path.basename(p)[5:-3] for p in glob.glob(os.path.join(HERE, "fuzz_*.py")))

@@ -10,6 +10,8 @@ import textwrap
 import numpy as np
 import pytest
 
+from fixture_arrays import load_array
+
 import vecsift
 from vecsift import CorruptIndexError, IVFIndex
 from vecsift.index import partitioned_io
@@ -221,7 +223,7 @@ def test_format_1_file_of_earlier_releases_opens():
     """sign_v1.ivf was written by the sign-bit IVFIndex before RaBitQ codes
     (format version 1); it opens, searches as it did, and saves as format 1."""
     exp = json.load(open(os.path.join(OLD, "expected.json")))
-    q = np.load(os.path.join(OLD, "queries.npy"))
+    q = load_array(os.path.join(OLD, "queries.json"))
     ix = IVFIndex.open(os.path.join(OLD, "sign_v1.ivf"))
     assert (ix.scorer, len(ix), ix.nlist, ix.nprobe, ix.oversample) == ("sign", 600, 8, 3, 8)
     ids, scores = ix.search(q, 5)
