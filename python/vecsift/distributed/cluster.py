@@ -431,10 +431,10 @@ class ShardedCollection:
             per_node.setdefault(self._group[s], {})[s] = call
         todo = {g: self._nodes[0][g].write.remote(c) for g, c in per_node.items()}
         while todo:
-            for s, ref in list(todo.items()):
+            for g, ref in list(todo.items()):
                 try:
                     out.update(ray.get(ref, timeout=max(0.1, end - time.monotonic())))
-                    del todo[s]
+                    del todo[g]
                 except ray.exceptions.RayTaskError as exc:
                     cause = getattr(exc, "cause", None)
                     if isinstance(cause, Exception):
@@ -442,10 +442,10 @@ class ShardedCollection:
                     raise
                 except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
                     if time.monotonic() >= end:
-                        raise VecsiftError(f"shard(s) {sorted(per_node[s])} did not complete {what} within "
+                        raise VecsiftError(f"shard(s) {sorted(per_node[g])} did not complete {what} within "
                                            f"{deadline} s: {type(exc).__name__}") from None
                     time.sleep(0.2)
-                    todo[s] = self._nodes[0][s].write.remote(per_node[s])
+                    todo[g] = self._nodes[0][g].write.remote(per_node[g])
         return out
 
     def delete(self, ids=None, doc_ids=None) -> int:

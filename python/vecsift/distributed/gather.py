@@ -63,7 +63,7 @@ def merge_packed(packed: list, k: int) -> tuple:
     if len(packed) == 1 and packed_len(packed[0]) <= k:
         return packed[0]
     order = merged_order(packed, k)
-    return tuple([packed[i][f][j] for i, j in order] for f in range(len(HIT_FIELDS)))
+    return tuple([packed[i][f][j] for i, j in order] for f in range(len(packed[0])))
 
 
 def request(method: str, *args) -> bytes:
