@@ -1,24 +1,26 @@
-"""Sharded collection on Ray: scatter/gather overhead, throughput with 1-3 shards, shard kills.
+"""Sharded collection on Ray: scatter/gather overhead, throughput with 1-3 shards, node kills.
 
     flock /tmp/vecsift-bench.lock python bench/bench_ray.py [--rows 30000] [--queries 200] [--kills 20]
 
 Data: the PyPI MiniLM set (384-d, real summaries as texts) from /work/shared/data/pypi-minilm.
-One Ray node (ray.init, num_cpus=2) on this 2-core machine. Measured in one run, interleaved
-per query (local Collection, sharded search, trivial actor calls), medians:
+One Ray node (ray.init, num_cpus=2) on this 2-core machine, so a ShardedCollection places all
+its shards in one node actor (one per Ray node): a search is one actor call. Measured in one
+run, interleaved per query, medians:
 
   overhead   = p50(3-shard search) - p50(the same search on one local Collection of all rows)
-  round trip = p50(ray.get(actor.noop.remote())) on an actor made like the shard actors
+  round trip = p50(ray.get(actor.noop.remote())) on an actor made like the node actors
   bar        : overhead <= 1.5 x round trip
-  floor      = p50(ray.get([a.noop.remote() for a in 3 such actors])): a trivial 3-actor
-               fan-out, what any 3-shard search pays before a shard does any work; and the same
-               fan-out carrying a search's request and answer bytes (Ray's cost for the payload)
+  also       : the same 3 shards searched by the node actor on 3 threads (node_threads=3), and
+               with one node actor per shard (nodes=3: the layout before node actors); the
+               floors: one call carrying a search's request and answer bytes, and a trivial
+               3-actor fan-out (what one actor per shard pays before a shard does any work)
 
 then the CPU time each kind of call costs, summed over every process of the Ray session (driver,
 raylet, GCS, workers; from /proc through psutil), with the cores the machine gave us meanwhile
 (CPU / wall), because on 2 shared cores a fan-out's latency is its CPU time; then throughput
 (4 client threads, and one 200-query batch) with 1, 2, 3 shards and of trivial fan-outs to 1-3
-actors; then `--kills` rounds of add / commit while a random shard's process is SIGKILLed at a
-random moment, counting committed rows missing afterwards. The load average is printed per
+actors; then `--kills` rounds of add / commit while the node actor holding the 3 shards is
+SIGKILLed at a random moment, counting committed rows missing afterwards. The load average is printed per
 section: the machine is shared.
 """
 from __future__ import annotations
@@ -99,9 +101,9 @@ def main():
     local.commit()
     print(f"local collection built in {time.perf_counter() - t:.1f} s")
 
-    from vecsift.distributed.gather import request
+    from vecsift.distributed.gather import node_request, request
 
-    @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)  # as the shard actors are made
+    @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)  # as the node actors are made
     class Noop:
         def noop(self):
             return None
@@ -121,18 +123,30 @@ def main():
         shards[n] = sc
         print(f"{n}-shard collection built in {time.perf_counter() - t:.1f} s")
     sc3 = shards[3]
-    # a 3-shard search's request and one shard's answer, as bytes of the sizes it sends
+    sc3.close()  # copies of its directory, opened with other node layouts (the CLUSTER names no placement)
+    for name in ("threads", "pershard"):
+        shutil.copytree(os.path.join(tmp, "sc3"), os.path.join(tmp, f"sc3-{name}"))
+    sc3 = shards[3] = ShardedCollection.open(os.path.join(tmp, "sc3"))
+    sc3t = ShardedCollection.open(os.path.join(tmp, "sc3-threads"), node_threads=3)
+    sc3a = ShardedCollection.open(os.path.join(tmp, "sc3-pershard"), nodes=3)
+    for name, sc in (("3-shard", sc3), ("3-shard, node_threads=3", sc3t), ("3-shard, nodes=3", sc3a)):
+        layout = [sorted(ray.get(sc.primary(s).ping.remote())["gens"]) for s in range(sc.n_shards)]
+        print(f"{name}: shards per node actor {[sc.node_shards(s) for s in range(sc.n_shards)]}, "
+              f"node actors' shards {layout}")
+    # a 3-shard search's request and answer, as bytes of the sizes it sends
     scope = {"tenant": None, "groups": None, "where": None}
-    req = request("search", sc3.generation, q[:1], None, 10, scope, {"threads": 1})
+    req = node_request([0, 1, 2], request("search", sc3.generation, q[:1], None, 10, scope, {"threads": 1}))
     answer = ray.get(sc3.primary(0).call.remote(req))
-    print(f"wire: request {len(req)} B, one shard's answer {len(answer)} B (10 hits as columns)")
+    print(f"wire: request {len(req)} B, the node actor's answer {len(answer)} B (10 merged hits as columns)")
 
     calls = {
         "local Collection": lambda v: local.search(v, k=10),
         "3-shard search": lambda v: sc3.search(v, k=10),
+        "3-shard, node_threads=3": lambda v: sc3t.search(v, k=10),
+        "3-shard, nodes=3 (actor/shard)": lambda v: sc3a.search(v, k=10),
         "trivial actor call": lambda v: ray.get(noop.noop.remote()),
+        "1 call, search's bytes": lambda v: ray.get(noop.echo.remote(req, answer)),
         "trivial 3-actor fan-out": lambda v: ray.get([a.noop.remote() for a in fan]),
-        "3-actor fan-out, search's bytes": lambda v: ray.get([a.echo.remote(req, answer) for a in fan]),
     }
 
     # ---- overhead, interleaved per query
@@ -141,7 +155,7 @@ def main():
         for fn in calls.values():
             fn(q[qi % len(q)])
     times = {name: [] for name in calls}
-    ok = 0
+    ok = {}
     for rep in range(3):
         for i in range(len(q)):
             for name, fn in calls.items():
@@ -150,27 +164,32 @@ def main():
                 times[name].append(time.perf_counter() - t0)
                 if name == "local Collection":
                     want = [h.id for h in r]
-                elif name == "3-shard search":
-                    ok += [h.id for h in r] == want
+                elif name.startswith("3-shard"):
+                    ok[name] = ok.get(name, 0) + ([h.id for h in r] == want)
     p50 = {name: pct(t, 50) for name, t in times.items()}
     rt = p50["trivial actor call"]
     over = p50["3-shard search"] - p50["local Collection"]
     print(f"dense k=10, one query a call ({len(times['local Collection'])} calls each, interleaved per query):")
     for name, t in times.items():
         print(f"  {name:32s} p50 {pct(t, 50):6.3f} ms  p99 {pct(t, 99):6.3f} ms  ({pct(t, 50) / rt:.2f} x round trip)")
-    print(f"  overhead p50 {over:.3f} ms = {over / rt:.2f} x the round trip (bar <= 1.5); "
-          f"same top-10 as local in {ok}/{len(times['local Collection'])}")
-    floor = p50["trivial 3-actor fan-out"]
-    carried = p50["3-actor fan-out, search's bytes"]
-    print(f"  the trivial 3-actor fan-out alone is {floor / rt:.2f} x the round trip; the 3-shard search is "
-          f"{p50['3-shard search'] - floor:.3f} ms above it ({p50['3-shard search'] - carried:.3f} ms "
-          f"above the fan-out carrying its bytes), the local search takes {p50['local Collection']:.3f} ms")
+    n_calls = len(times["local Collection"])
+    print(f"  overhead p50 {over:.3f} ms = {over / rt:.2f} x the round trip (bar <= 1.5): 3 shards in one node "
+          f"actor, searched one after the other")
+    for name in ("3-shard, node_threads=3", "3-shard, nodes=3 (actor/shard)"):
+        o = p50[name] - p50["local Collection"]
+        print(f"  {name}: overhead p50 {o:.3f} ms = {o / rt:.2f} x the round trip")
+    print("  same top-10 as local: " + ", ".join(f"{name} {v}/{n_calls}" for name, v in ok.items()))
+    carried = p50["1 call, search's bytes"]
+    print(f"  one call carrying the search's bytes is {carried / rt:.2f} x the round trip; the 3-shard search is "
+          f"{p50['3-shard search'] - carried:.3f} ms above it (the node's 3 shard searches, the merges, the "
+          f"checks), the local search takes {p50['local Collection']:.3f} ms")
     print(f"{loadavg()}")
 
     # ---- CPU per call, summed over every process of the Ray session
     print("\nCPU per call, all processes of the session (blocks of 600 calls; cores = CPU / wall):")
     cpu = {}
-    more = {"1-shard search": lambda v: shards[1].search(v, k=10), "2-shard search": lambda v: shards[2].search(v, k=10)}
+    more = {"1-shard search": lambda v: shards[1].search(v, k=10), "2-shard search": lambda v: shards[2].search(v, k=10),
+            "3-actor fan-out, search's bytes": lambda v: ray.get([a.echo.remote(req, answer) for a in fan])}
     for name, fn in dict(calls, **more).items():
         c0, w0 = session_cpu(), time.perf_counter()
         for i in range(600):
@@ -227,18 +246,20 @@ def main():
           f"the CPU bound: {os.cpu_count()} cores / CPU per search")
     cpu_of = {"local": "local Collection", "1 shard(s)": "1-shard search", "2 shard(s)": "2-shard search",
               "3 shard(s)": "3-shard search"}
-    for name, target in [("local", local)] + [(f"{n} shard(s)", shards[n]) for n in (1, 2, 3)]:
+    cpu_of["3 shards, nodes=3"] = "3-shard, nodes=3 (actor/shard)"
+    for name, target in ([("local", local)] + [(f"{n} shard(s)", shards[n]) for n in (1, 2, 3)]
+                         + [("3 shards, nodes=3", sc3a)]):
         qps = clients(lambda v, c=target: c.search(v, k=10), args.seconds)
         t0 = time.perf_counter()
         target.search_batch(q, k=10)
         bq = len(q) / (time.perf_counter() - t0)
-        print(f"  {name:12s} {qps:8.0f} q/s | {bq:8.0f} q/s | {os.cpu_count() / cpu[cpu_of[name]] * 1e3:8.0f} q/s")
+        print(f"  {name:17s} {qps:8.0f} q/s | {bq:8.0f} q/s | {os.cpu_count() / cpu[cpu_of[name]] * 1e3:8.0f} q/s")
     for n in (1, 2, 3):
         qps = clients(lambda v, a=fan[:n]: ray.get([x.noop.remote() for x in a]), args.seconds)
         print(f"  trivial fan-out to {n} actor(s) {qps:8.0f} calls/s (the ceiling for {n} shard(s))")
     print(f"{loadavg()}")
-    for n in (1, 2):
-        shards[n].close()
+    for sc in (shards[1], shards[2], sc3t, sc3a):
+        sc.close()
 
     # ---- shard kills during commits
     rng = np.random.default_rng(0)
@@ -270,7 +291,7 @@ def main():
         committed += new
     have = set(kc.ids())
     lost = [i for i in committed if i not in have]
-    print(f"\nshard kills: {args.kills} SIGKILLs of a random shard process during commit; "
+    print(f"\nnode kills: {args.kills} SIGKILLs of the process of the node actor holding all 3 shards during commit; "
           f"{failed_commits} commit() calls raised and were retried; committed rows {len(committed)}, "
           f"present {len(committed) - len(lost)}, lost {len(lost)}; rows on shards {len(have)}; "
           f"actor back after p50 {np.median(backs):.2f} s, max {max(backs):.2f} s")

@@ -120,26 +120,57 @@ def _try(fn, errors):
         errors.append(exc)
 
 
-def test_replica_serves_while_primary_is_down(ray_cluster, tmp_path):
+def test_replica_set_serves_while_the_node_is_down(ray_cluster, tmp_path):
+    """nodes=1: every shard in one node actor (as on a single-node ray.init), so a search phase is
+    one call; its replica set (another node actor, on another Ray node) follows two commits and
+    serves complete results while the primaries' node actor is gone for good."""
+    import vecsift
+
     ids, x, texts, _ = corpus(600, DIM, seed=51)
-    sc = ShardedCollection.create(tmp_path / "sc", DIM, "cosine", shards=2, replicas=1, timeout=20)  # generous: the point is correctness on a loaded CI box
-    sc.add(ids[:400], x[:400], texts=texts[:400])
-    sc.commit()
-    sc.add(ids[400:], x[400:], texts=texts[400:])  # the replica follows a second commit (row file tail)
-    sc.delete(ids=ids[:5])
-    sc.commit()
+    # a generous timeout: the point is correctness on a loaded CI box
+    sc = ShardedCollection.create(tmp_path / "sc", DIM, "cosine", shards=3, replicas=1, nodes=1, timeout=20)
+    single = vecsift.Collection.create(tmp_path / "single", DIM, "cosine")
+    for c in (sc, single):
+        c.add(ids[:400], x[:400], texts=texts[:400])
+        c.commit()
+        c.add(ids[400:], x[400:], texts=texts[400:])  # the replica follows a second commit (row file tail)
+        c.delete(ids=ids[:5])
+        c.commit()
+    node, rep = sc.primary(0), sc.replicas(0)[0]
+    assert all(sc.primary(s) == node and sc.replicas(s) == [rep] for s in range(3))
+    assert sc.node_shards(2) == [0, 1, 2]
+    p, r = ray.get(node.ping.remote()), ray.get(rep.ping.remote())
+    assert sorted(p["gens"]) == sorted(r["gens"]) == [0, 1, 2]
+    assert p["node"] != r["node"] and p["pid"] != r["pid"]  # the replica set lives on another Ray node
     q = x[395:405] + 0.01
-    want = [[h.id for h in r] for r in sc.search_batch(q, k=10)]
-    want_text = [(h.id, h.score) for h in sc.search(text=texts[450], k=10)]
-    ray.kill(sc.primary(0), no_restart=True)  # down for good
+    before = p["node_calls"] + r["node_calls"]
+    want = [[h.id for h in b] for b in single.search_batch(q, k=10)]
+    assert [[h.id for h in a] for a in sc.search_batch(q, k=10)] == want
+    want_text = [h.score for h in single.search(text=texts[450], k=10)]
+    got_text = sc.search(text=texts[450], k=10)
+    assert [h.score for h in got_text] == want_text
+    after = sum(ray.get(h.ping.remote())["node_calls"] for h in (node, rep))
+    assert after - before == 3  # dense: one call; BM25: statistics + search, one call each
+    want_text = [(h.id, h.score) for h in got_text]
+    ray.kill(node, no_restart=True)  # down for good, and all three primaries with it
     for _ in range(3):
         got = sc.search_batch(q, k=10)
         assert not got[0].partial and [[h.id for h in r] for r in got] == want
         assert [(h.id, h.score) for h in sc.search(text=texts[450], k=10)] == want_text
-    assert ray.get(sc.replicas(0)[0].ping.remote())["calls"] >= 6
-    sc.replace_primary(0)  # an operator brings a new primary up from the shard directory
+    assert all(n >= 6 for n in ray.get(rep.ping.remote())["calls"].values())
+    sc.replace_primary(1)  # an operator brings the node's primaries up again from their directories
+    assert sc.primary(0) == sc.primary(2) != node
     sc.add(["late"], x[:1])
     sc.commit()
     assert sc.search(x[0], k=1)[0].id in ("late", ids[0])
     assert sc.info()["rows"] == 596
+    ray.kill(sc.replicas(0)[0], no_restart=True)  # now every copy is gone
+    ray.kill(sc.primary(0), no_restart=True)
+    with pytest.raises(ShardUnavailableError) as exc:
+        sc.search(q[0], k=10, timeout=2)
+    assert sorted(exc.value.missing) == [0, 1, 2]
+    got = sc.search(q[0], k=10, timeout=2, allow_partial=True)
+    assert got.partial and got.missing_shards == (0, 1, 2) and list(got) == []
+    sc.replace_primary(0)
     sc.close()
+    single.close()

@@ -49,6 +49,17 @@ def test_rows_spread_over_shards(pair):
     assert len(per) == 3 and min(per) > 300  # hash routing spreads
 
 
+def test_one_node_actor_per_ray_node(pair):
+    """3 shards on the 3-node cluster: one node actor per Ray node, each holding one shard."""
+    import ray
+
+    sc, _ = pair
+    pings = [ray.get(sc.primary(s).ping.remote()) for s in range(3)]
+    assert len({p["node"] for p in pings}) == 3 and len({p["pid"] for p in pings}) == 3
+    assert [sorted(p["gens"]) for p in pings] == [[0], [1], [2]]
+    assert [sc.node_shards(s) for s in range(3)] == [[0], [1], [2]]
+
+
 def test_bm25_identical_to_single_collection(pair):
     sc, single = pair
     for q in text_queries(25):
@@ -154,7 +165,7 @@ def tenants(ray_cluster, tmp_path_factory):
 def _calls(sc):
     import ray
 
-    return [ray.get(sc.primary(s).ping.remote())["calls"] for s in range(sc.n_shards)]
+    return [ray.get(sc.primary(s).ping.remote())["calls"][s] for s in range(sc.n_shards)]
 
 
 def test_tenant_search_touches_only_its_shards(tenants):

@@ -1,12 +1,21 @@
-"""ShardedCollection: the Collection API over shards served by Ray actors.
+"""ShardedCollection: the Collection API over shards served by Ray node actors.
 
 Layout of the root directory (on a filesystem every node running a primary can reach):
 
     CLUSTER            the top-level manifest (manifest.py): generation, shards, tenant map, parameters
     LOCK               flock of the one writer (driver) process
-    shard-NN/          each shard a vecsift Collection directory, served by a ShardServer actor
+    shard-NN/          each shard a vecsift Collection directory, served by a ShardServer inside a node actor
     txn/shard-NN/      each shard's transaction log (txnlog.py)
     replicas/shard-NN-rR/  read replicas' own copies (filled through the primary actor, no shared disk needed)
+
+Shards are served by node actors (node.py): one Ray actor per node and copy level
+holds every shard copy placed there, so a search phase makes one call per node
+actor, not one per shard. Level 0 holds the primaries, level r the r-th replicas;
+shard s belongs to node group s % P (P node actors per level: one per Ray node,
+at most one per shard), and group g's level-r actor is placed on Ray node
+(g + r) % nodes, so a shard's copies sit on different nodes whenever there are
+enough of them. The placement is computed at create/open (it is not part of any
+file: a shard is a directory any node actor can open).
 
 Commit is two-phase. Phase one: every shard makes the ops it received durable
 and names them as generation G+1 (its vote). Then CLUSTER is replaced naming
@@ -33,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from vecsift.distributed.gather import ID, SearchResult, ShardUnavailableError, gather, hit_of, merged_order, request
+from vecsift.distributed.node import merge_payloads
 from vecsift.distributed.manifest import read_cluster, write_cluster
 from vecsift.distributed.routing import Router
 from vecsift.errors import VecsiftError
@@ -87,6 +97,16 @@ class _RW:
                 self._c.notify_all()
 
 
+def _ray_nodes(ray) -> list:
+    """Node ids of the alive Ray nodes, the driver's first (so one node means one place)."""
+    try:
+        here = ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - an old Ray: no preference
+        here = None
+    ids = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive"))
+    return sorted(ids, key=lambda i: i != here)
+
+
 def _vectors(x, dim, name):
     q = np.asarray(x, dtype=np.float32)
     if q.ndim == 1:
@@ -116,13 +136,15 @@ class ShardedCollection:
     @classmethod
     def create(cls, path, dim: int, metric: str = "cosine", *, shards: int = 3, routing: str = "hash",
                replicas: int = 0, tenant_spread=None, timeout: float = 10.0, actor_options=None,
-               **collection_args) -> "ShardedCollection":
+               nodes: int | None = None, node_threads: int = 1, **collection_args) -> "ShardedCollection":
         """Creates a sharded collection in directory `path` with `shards` shards, each a
         vecsift.Collection (collection_args: index, model, filter_fields, ... as Collection.create).
 
         routing: "hash" (rows by a hash of their id) or "tenant" (a tenant's rows on one shard,
         or on tenant_spread[tenant] shards). replicas: read copies per shard. timeout: default
-        search deadline in seconds."""
+        search deadline in seconds. nodes: node actors per copy level (default: one per alive Ray
+        node, at most one per shard; shards are dealt over them). node_threads: threads a node
+        actor searches its local shards with (1: one after the other)."""
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
         shards, replicas = _check_k(shards, "shards"), int(replicas)
@@ -144,16 +166,18 @@ class ShardedCollection:
                     "has_tenants": False, "has_acl": False, "created": time.time(),
                     "shards": [{"name": n, "prepared": 0, "ops": 0, "collection_generation": 0, "rows": 0}
                                for n in names]}
-        self = cls(path, manifest, timeout, actor_options, create=True)
+        self = cls(path, manifest, timeout, actor_options, create=True, nodes=nodes, node_threads=node_threads)
         write_cluster(path, manifest)
         return self
 
     @classmethod
-    def open(cls, path, *, timeout: float = 10.0, actor_options=None) -> "ShardedCollection":
+    def open(cls, path, *, timeout: float = 10.0, actor_options=None, nodes: int | None = None,
+             node_threads: int = 1) -> "ShardedCollection":
         path = os.path.abspath(os.fspath(path))
-        return cls(path, read_cluster(path), timeout, actor_options, create=False)
+        return cls(path, read_cluster(path), timeout, actor_options, create=False, nodes=nodes,
+                   node_threads=node_threads)
 
-    def __init__(self, path, manifest, timeout, actor_options, create):
+    def __init__(self, path, manifest, timeout, actor_options, create, nodes=None, node_threads=1):
         if not isinstance(manifest, dict):
             raise TypeError("use ShardedCollection.create or ShardedCollection.open")
         ray = _ray()
@@ -174,23 +198,29 @@ class ShardedCollection:
         self._stats = OrderedDict()
         self._turn = itertools.count()
         self._session = uuid.uuid4().hex
-        from vecsift.distributed.shard import ReplicaServer, ShardServer
+        from vecsift.distributed.node import NodeServer
 
-        opts = dict(num_cpus=0, max_restarts=-1, max_task_retries=0, scheduling_strategy="SPREAD")
-        opts.update(actor_options or {})
-        self._primary_cls = primary_cls = ray.remote(**opts)(ShardServer)
-        replica_cls = ray.remote(**opts)(ReplicaServer)
-        cargs = None
+        n_shards, n_levels = len(manifest["shards"]), 1 + int(manifest["replicas"])
+        ray_nodes = _ray_nodes(ray)
+        groups = min(n_shards, len(ray_nodes)) if nodes is None else _check_k(nodes, "nodes")
+        groups = min(groups, n_shards)
+        self._group = [s % groups for s in range(n_shards)]  # shard -> node group
+        self._members = [[s for s in range(n_shards) if s % groups == g] for g in range(groups)]
+        self._node_threads = _check_k(node_threads, "node_threads")
+        self._node_cls = ray.remote(**dict(num_cpus=0, max_restarts=-1, max_task_retries=0))(NodeServer)
+        self._ray_nodes = ray_nodes
+        self._actor_options = dict(actor_options or {})
+        self._cargs = None
         if create:
-            cargs = dict(dim=manifest["dim"], metric=manifest["metric"], **manifest["collection"])
-        self._primaries = [primary_cls.remote(path, s["name"], self._session, cargs) for s in manifest["shards"]]
-        self._replicas = [[replica_cls.remote(path, f"{s['name']}-r{r}") for r in range(manifest["replicas"])]
-                          for s in manifest["shards"]]
+            self._cargs = dict(dim=manifest["dim"], metric=manifest["metric"], **manifest["collection"])
+        # self._nodes[level][group]: the node actor holding copy `level` of the group's shards
+        self._nodes = [[self._start_node(level, g) for g in range(groups)] for level in range(n_levels)]
         # known generation of every copy (primary first); only copies at the cluster's serve searches
-        self._copy_gen = [[-1] * (1 + manifest["replicas"]) for _ in manifest["shards"]]
+        self._copy_gen = [[-1] * n_levels for _ in range(n_shards)]
         try:
-            for i, g in enumerate(ray.get([p.ping.remote() for p in self._primaries], timeout=120)):
-                self._copy_gen[i][0] = g["gen"]
+            for info in ray.get([n.ping.remote() for n in self._nodes[0]], timeout=120):
+                for s, g in info["gens"].items():
+                    self._copy_gen[s][0] = g
             self._sync_replicas()
         except BaseException:
             self._kill_actors()
@@ -198,7 +228,7 @@ class ShardedCollection:
         self._closed = False
 
     def close(self) -> None:
-        """Commits what is pending, stops the shard actors and releases the writer lock."""
+        """Commits what is pending, stops the node actors and releases the writer lock."""
         if getattr(self, "_closed", True):
             return
         try:
@@ -207,9 +237,26 @@ class ShardedCollection:
             self._closed = True
             self._kill_actors()
 
+    def _start_node(self, level: int, group: int, alive=None):
+        """The node actor of one copy level of one node group, pinned to its Ray node (hard
+        affinity: Ray restarts it there; Ray's soft affinity placed zero-CPU actors elsewhere).
+        alive: the Ray nodes alive now; if the group's node is not among them (replace_primary
+        after a node loss), Ray places the new actor (the shard directories are shared)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        opts = dict(self._actor_options)
+        if "scheduling_strategy" not in opts and self._ray_nodes:
+            node = self._ray_nodes[(group + level) % len(self._ray_nodes)]
+            if alive is None or node in alive:
+                opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+        members = [(s, self._m["shards"][s]["name"]) for s in self._members[group]]
+        cls = self._node_cls.options(**opts) if opts else self._node_cls
+        return cls.remote(self._path, members, level, self._session, self._cargs if level == 0 else None,
+                          self._node_threads)
+
     def _kill_actors(self):
         ray = _ray()
-        for a in self._primaries + [r for rs in self._replicas for r in rs]:
+        for a in [n for level in getattr(self, "_nodes", []) for n in level]:
             try:
                 ray.kill(a, no_restart=True)
             except Exception:  # noqa: BLE001 - already gone
@@ -243,33 +290,39 @@ class ShardedCollection:
 
     @property
     def n_shards(self) -> int:
-        return len(self._primaries)
+        return len(self._group)
 
     @property
     def routing(self) -> str:
         return self._router.routing
 
     def primary(self, shard: int):
-        """The Ray actor serving shard `shard` (for operations and tests)."""
-        return self._primaries[shard]
+        """The node actor holding shard `shard`'s primary (with the other primaries of its node)."""
+        return self._nodes[0][self._group[shard]]
 
     def replicas(self, shard: int) -> list:
-        return list(self._replicas[shard])
+        """The node actors holding shard `shard`'s replicas, one per replica level."""
+        return [level[self._group[shard]] for level in self._nodes[1:]]
+
+    def node_shards(self, shard: int) -> list:
+        """The shards whose copies share shard `shard`'s node actors (a node actor's death takes them all)."""
+        return list(self._members[self._group[shard]])
 
     def replace_primary(self, shard: int) -> None:
-        """Starts a new actor for a shard whose actor is gone for good (ray.kill, restarts used up,
-        node lost); it reopens the shard directory and its log as a restart would."""
+        """Starts a new node actor for the primaries of shard `shard`'s node (node_shards(shard))
+        when the old one is gone for good (ray.kill, restarts used up); it reopens each shard
+        directory and its log as a restart would."""
         ray = _ray()
         with self._wlock:
-            old = self._primaries[shard]
+            g = self._group[shard]
             try:
-                ray.kill(old, no_restart=True)
+                ray.kill(self._nodes[0][g], no_restart=True)
             except Exception:  # noqa: BLE001 - already gone
                 pass
-            name = self._m["shards"][shard]["name"]
-            new = self._primary_cls.remote(self._path, name, self._session, None)
-            self._copy_gen[shard][0] = ray.get(new.ping.remote(), timeout=120)["gen"]
-            self._primaries[shard] = new
+            new = self._start_node(0, g, alive=set(_ray_nodes(ray)))
+            for s, gen in ray.get(new.ping.remote(), timeout=120)["gens"].items():
+                self._copy_gen[s][0] = gen
+            self._nodes[0][g] = new
 
     def tenant_shards(self, tenant) -> list:
         """The shards a search of this tenant goes to."""
@@ -366,19 +419,22 @@ class ShardedCollection:
                 self._pending_acl = True
 
     def _write_all(self, calls: dict, what: str, deadline: float = 300):
-        """Runs calls {shard: (method, args)} on the primaries. A primary that dies or is unreachable
-        is waited for (Ray restarts it) and called again: adds are upserts and deletes idempotent,
-        and the log a restarted shard replays holds a write at most twice. The Collection's own
-        errors (bad input) are re-raised as they are."""
+        """Runs calls {shard: (method, args)} on the primaries, one call per node actor. A node actor
+        that dies or is unreachable is waited for (Ray restarts it) and called again: adds are
+        upserts and deletes idempotent, and the log a restarted shard replays holds a write at most
+        twice. The Collection's own errors (bad input) are re-raised as they are."""
         ray = _ray()
         end = time.monotonic() + deadline
         out = {}
-        todo = {s: getattr(self._primaries[s], m).remote(*a) for s, (m, a) in calls.items()}
+        per_node = {}
+        for s, call in calls.items():
+            per_node.setdefault(self._group[s], {})[s] = call
+        todo = {g: self._nodes[0][g].write.remote(c) for g, c in per_node.items()}
         while todo:
-            for s, ref in list(todo.items()):
+            for g, ref in list(todo.items()):
                 try:
-                    out[s] = ray.get(ref, timeout=max(0.1, end - time.monotonic()))
-                    del todo[s]
+                    out.update(ray.get(ref, timeout=max(0.1, end - time.monotonic())))
+                    del todo[g]
                 except ray.exceptions.RayTaskError as exc:
                     cause = getattr(exc, "cause", None)
                     if isinstance(cause, Exception):
@@ -386,11 +442,10 @@ class ShardedCollection:
                     raise
                 except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
                     if time.monotonic() >= end:
-                        raise VecsiftError(f"shard {s} did not complete {what} within {deadline} s: "
-                                           f"{type(exc).__name__}") from None
+                        raise VecsiftError(f"shard(s) {sorted(per_node[g])} did not complete {what} within "
+                                           f"{deadline} s: {type(exc).__name__}") from None
                     time.sleep(0.2)
-                    m, a = calls[s]
-                    todo[s] = getattr(self._primaries[s], m).remote(*a)
+                    todo[g] = self._nodes[0][g].write.remote(per_node[g])
         return out
 
     def delete(self, ids=None, doc_ids=None) -> int:
@@ -414,8 +469,8 @@ class ShardedCollection:
             try:
                 votes = self._on_every_primary("prepare", gen, deadline=120)
             except BaseException:
-                for p in self._primaries:
-                    p.abort.remote(gen)  # best effort: the ops stay pending for the next commit
+                for g, node in enumerate(self._nodes[0]):  # best effort: the ops stay pending for the next commit
+                    node.write.remote({s: ("abort", (gen,)) for s in self._members[g]})
                 raise
             m = dict(self._m)
             m["generation"] = gen
@@ -445,13 +500,15 @@ class ShardedCollection:
     def _sync_replicas(self):
         """Replicas copy the primaries' new files; a replica that fails stays out of searches until it syncs."""
         ray = _ray()
-        refs = {(i, r): rep.sync.remote(self._primaries[i]) for i, reps in enumerate(self._replicas)
-                for r, rep in enumerate(reps)}
-        for (i, r), ref in refs.items():
+        refs = {(level, g): node.sync.remote({s: self._nodes[0][g] for s in self._members[g]})
+                for level, nodes in enumerate(self._nodes[1:], 1) for g, node in enumerate(nodes)}
+        for (level, g), ref in refs.items():
             try:
-                self._copy_gen[i][1 + r] = ray.get(ref, timeout=120)
+                got = ray.get(ref, timeout=120)
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.GetTimeoutError):
-                self._copy_gen[i][1 + r] = -1
+                got = {}
+            for s in self._members[g]:
+                self._copy_gen[s][level] = got.get(s, -1)
 
     def resync_replicas(self) -> None:
         """Brings replicas that missed a commit (dead at the time) up to date."""
@@ -531,7 +588,8 @@ class ShardedCollection:
             shards = self._router.shards_for(tenant)
             if not shards:  # e.g. a tenant with no rows: nothing to score, nothing to leak
                 return [SearchResult([], (), gen) for _ in range(nq)]
-            copies = {s: self._copies(s, gen) for s in shards}
+            turn = next(self._turn)
+            copies = {s: self._copies(s, gen, turn) for s in shards}
             start = time.monotonic()
             missing = {}
             stats = None
@@ -542,13 +600,13 @@ class ShardedCollection:
             tx = None if texts is None else (texts, stats)
             method = "search_hybrid" if mode == "hybrid" else "search"
             vec = q if mode != "sparse" else None
-            results, failed = gather(copies, request(method, gen, vec, tx, c, scope, opts), gen, left)
+            pieces, failed = gather(copies, request(method, gen, vec, tx, c, scope, opts), gen, left)
             missing.update(failed)
         if missing and not allow_partial:
             raise ShardUnavailableError(missing)
         out = []
         for i in range(nq):
-            per_shard = [results[s][i] for s in sorted(results)]
+            per_shard = [p[i] for p in pieces]  # one merged list per node actor that answered
             if mode == "dense":
                 hits = _ranked(per_shard, k, "dense_rank")
             elif mode == "sparse":
@@ -558,13 +616,14 @@ class ShardedCollection:
             out.append(SearchResult(hits, missing, gen))
         return out
 
-    def _copies(self, s, gen):
-        """Copies of shard s at generation gen, in a rotating order (reads spread over replicas)."""
-        live = [h for h, g in zip([self._primaries[s]] + self._replicas[s], self._copy_gen[s]) if g == gen]
-        if len(live) > 1:
-            turn = next(self._turn) % len(live)
-            live = live[turn:] + live[:turn]
-        return live
+    def _copies(self, s, gen, turn=0):
+        """[(node key, node actor)] holding shard s at generation gen. The copy levels rotate by
+        `turn` (reads spread over replicas), the same for every shard of a search, so shards
+        sharing node actors are asked in one call."""
+        n = len(self._nodes)
+        g = self._group[s]
+        order = [(turn + i) % n for i in range(n)]
+        return [((level, g), self._nodes[level][g]) for level in order if self._copy_gen[s][level] == gen]
 
     def _statistics(self, copies, gen, texts, scope, timeout, allow_partial):
         """Global BM25 statistics of each text over the asker's allowed rows on every shard it
@@ -573,18 +632,13 @@ class ShardedCollection:
         todo = sorted({t for t in texts if (gen, t, key_scope) not in self._stats})
         fresh, missing = {}, {}
         if todo:
-            results, missing = gather(copies, request("statistics", gen, todo, scope), gen, timeout)
+            pieces, missing = gather(copies, request("statistics", gen, todo, scope), gen, timeout)
             if missing and not allow_partial:
                 raise ShardUnavailableError(missing)
-            for j, t in enumerate(todo):
-                total = {"n": 0, "total_len": 0, "df": {}}
-                for per in results.values():
-                    st = per[j]
-                    total["n"] += st["n"]
-                    total["total_len"] += st["total_len"]
-                    for w, d in st["df"].items():
-                        total["df"][w] = total["df"].get(w, 0) + d
-                fresh[t] = total
+            if pieces:  # each node actor summed its shards; the sum of the sums
+                fresh = dict(zip(todo, merge_payloads("statistics", (), pieces)))
+            else:
+                fresh = {t: {"n": 0, "total_len": 0, "df": {}} for t in todo}
             if not missing:
                 for t, total in fresh.items():
                     self._stats[(gen, t, key_scope)] = total

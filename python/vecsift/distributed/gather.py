@@ -1,6 +1,9 @@
 """Scatter a call to one copy of each shard, gather under a deadline, fail closed.
 
-Each shard has copies (the primary and its replicas) tried in a rotating order,
+Shard copies live in node actors (node.py), one per node and copy level, and a
+search phase makes one call per node actor it needs, naming the shards it wants
+there; the node answers with one merged list for them. Each shard has copies
+(the primary and its replicas) tried in a rotating order,
 so reads spread over them. An answer counts only if the copy says it is at the
 cluster generation the search runs at. A copy that fails, is dead or answers
 from another generation is replaced by the next copy; one that has not
@@ -11,7 +14,7 @@ which shards are missing.
 
 The wire format is lean because a search's fixed cost is Ray's per-call cost
 (bench/bench_ray.py): the driver pickles a request once, (method, args), and
-every copy gets the same bytes as the single argument of `call` (Ray's cost
+every node actor gets the same bytes (with the shards it is asked for) as the single argument of `call` (Ray's cost
 grows with the number of arguments, each serialised on its own); a copy answers
 with pickled bytes too, and hits travel as columns (one list per Hit field)
 rather than as Hit objects, which pickle several times slower. The driver turns
@@ -54,6 +57,15 @@ def merged_order(packed: list, k: int) -> list:
     return [(i, j) for _, _, i, j in keys[:k]]
 
 
+def merge_packed(packed: list, k: int) -> tuple:
+    """Several packed lists merged into one packed list of their k best hits (by score, ties by id):
+    what a node actor sends for its shards; merging merged lists gives the same top k."""
+    if len(packed) == 1 and packed_len(packed[0]) <= k:
+        return packed[0]
+    order = merged_order(packed, k)
+    return tuple([packed[i][f][j] for i, j in order] for f in range(len(packed[0])))
+
+
 def request(method: str, *args) -> bytes:
     """The one argument of a copy's `call`: made once per phase, sent to every shard."""
     return pickle.dumps((method, args), protocol=5)
@@ -81,6 +93,11 @@ class SearchResult(list):
         self.generation = generation
 
 
+def node_request(shards, req: bytes) -> bytes:
+    """The one argument of a node actor's `call`: the shards asked for there and the phase's request."""
+    return pickle.dumps((tuple(shards), req), protocol=5)
+
+
 def _user_error(exc):
     """The Collection's own exception inside a RayTaskError (bad input is the caller's, not a shard fault)."""
     cause = getattr(exc, "cause", None)
@@ -90,8 +107,11 @@ def _user_error(exc):
 
 
 def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | None = None):
-    """Sends req (from request()) to one copy of every shard. copies: shard -> [actor handles,
-    preferred first]. Returns ({shard: payload}, {shard: reason})."""
+    """Sends req (from request()) to one copy of every shard, one call per node actor.
+
+    copies: shard -> [(node key, node actor handle), preferred first]; shards whose next copies
+    share a node actor go in one call. Returns ([payload], {shard: reason}): one merged payload
+    per answering node actor (each covering a disjoint set of shards), and the missing shards."""
     import ray
     from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
@@ -100,29 +120,50 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
     deadline = start + timeout
     hedge_at = start + (hedge if hedge is not None else max(0.05, timeout / 4))
     nxt = {s: 0 for s in copies}
-    inflight = {}  # ref -> shard
-    results, reasons = {}, {}
+    inflight = {}  # ref -> shards asked for in that call
+    busy = {s: 0 for s in copies}  # calls in flight per shard
+    pieces = []  # [shards covered, payload] (None once replaced by a wider answer)
+    covered = {}  # shard -> index in pieces
+    reasons = {}
 
-    def submit(s) -> bool:
-        if nxt[s] >= len(copies[s]):
-            return False
-        handle = copies[s][nxt[s]]
-        nxt[s] += 1
-        inflight[handle.call.remote(req)] = s
-        return True
+    def submit(shards):
+        calls = {}
+        for s in sorted(shards):
+            if nxt[s] >= len(copies[s]):
+                if not busy[s]:
+                    reasons.setdefault(s, "no copy at this generation")
+                continue
+            key, handle = copies[s][nxt[s]]
+            nxt[s] += 1
+            calls.setdefault(key, (handle, []))[1].append(s)
+        for handle, ss in calls.values():
+            inflight[handle.call.remote(node_request(ss, req))] = ss
+            for s in ss:
+                busy[s] += 1
 
-    for s in copies:
-        if not submit(s):
-            reasons[s] = "no copy at this generation"
+    def accept(served, payload) -> None:
+        served = frozenset(served)
+        if not served:
+            return
+        overlap = {covered[s] for s in served if s in covered}
+        if overlap and not all(pieces[i][0] <= served for i in overlap):
+            return  # a hedge's answer overlapping another one's: the shards it alone covers are asked again
+        for i in overlap:  # a wider answer replaces the narrower ones it contains
+            pieces[i] = None
+        pieces.append((served, payload))
+        for s in served:
+            covered[s] = len(pieces) - 1
+
+    submit(copies)
     if inflight and not reasons:
-        # the common case in one call: every first copy answers before the hedge time
+        # the common case in one ray.get: every first copy answers, complete, before the hedge time
         refs = list(inflight)
         try:
             got = [pickle.loads(b) for b in ray.get(refs, timeout=max(0.0, hedge_at - time.monotonic()))]
         except Exception:  # noqa: BLE001 - a failure or a slow copy: sorted out one by one below
             got = None
-        if got is not None and all(g == gen and p is not None for g, p in got):
-            return {inflight[r]: p for r, (_, p) in zip(refs, got)}, {}
+        if got is not None and not any(unserved for _, unserved, _ in got):
+            return [payload for _, _, payload in got], {}
     while inflight:
         now = time.monotonic()
         if now >= deadline:
@@ -130,38 +171,38 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
         until = deadline if hedge_at is None else min(deadline, hedge_at)
         ready, _ = ray.wait(list(inflight), num_returns=len(inflight), timeout=max(0.0, until - now))
         for ref in ready:
-            s = inflight.pop(ref)
-            if s in results:
-                continue
+            asked = inflight.pop(ref)
+            for s in asked:
+                busy[s] -= 1
             try:
-                got_gen, payload = pickle.loads(ray.get(ref))
+                served, unserved, payload = pickle.loads(ray.get(ref))
             except RayTaskError as exc:
                 err = _user_error(exc)
                 if err is not None:
                     raise err from None
-                reasons[s] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                submit(s)
-                continue
+                served, unserved, payload = (), {s: f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                                                 for s in asked}, None
             except unavailable as exc:
-                reasons[s] = f"{type(exc).__name__}"
-                submit(s)
-                continue
-            if got_gen != gen or payload is None:
-                reasons[s] = f"copy at generation {got_gen}, search at {gen}"
-                submit(s)
-                continue
-            results[s] = payload
-            reasons.pop(s, None)
+                served, unserved, payload = (), {s: type(exc).__name__ for s in asked}, None
+            if payload is not None:
+                accept(served, payload)
+            for s, why in unserved.items():
+                if s not in covered:
+                    reasons[s] = why
+            again = [s for s in asked if s not in covered and busy[s] == 0]
+            if again:
+                submit(again)  # the next copy of each shard this answer did not cover
         if hedge_at is not None and time.monotonic() >= hedge_at:
             hedge_at = None
-            waiting = set(inflight.values())
-            for s in waiting - set(results):
-                submit(s)  # a slow or restarting copy races the next one
-        pending = set(copies) - set(results)
-        if not pending:
-            break
-        if not (pending & set(inflight.values())):
-            break  # every copy of what is left failed
-    for s in set(copies) - set(results):
-        reasons.setdefault(s, f"no answer within {timeout:g} s")
-    return results, {s: r for s, r in reasons.items() if s not in results}
+            waiting = [s for s in copies if s not in covered and busy[s] > 0]
+            if waiting:
+                submit(waiting)  # a slow or restarting copy races the next one
+        pending = [s for s in copies if s not in covered]
+        if not pending or not any(busy[s] for s in pending):
+            break  # done, or every copy of what is left failed
+    for s in copies:
+        if s in covered:
+            reasons.pop(s, None)
+        else:
+            reasons.setdefault(s, f"no answer within {timeout:g} s")
+    return [p for _, p in sorted((min(sv), p) for sv, p in filter(None, pieces))], reasons

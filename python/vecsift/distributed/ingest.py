@@ -5,7 +5,7 @@
 Ray Data reads the files in parallel; map_batches runs the embedding step (a
 function of a list of texts returning an (n, dim) float32 array) and then the
 routing step, which sends each batch's rows straight from the Ray Data worker
-to the shard actors (the driver never holds the rows). Ray Data needs pandas
+to the node actors holding the shards (the driver never holds the rows). Ray Data needs pandas
 (`ray[data]`); without it (engine="tasks", or "auto" when Ray Data cannot be
 imported) one plain Ray task per file reads it with pyarrow in batches and
 runs the same two steps, so ingest needs nothing beyond Ray and pyarrow. Tenants are assigned to
@@ -34,7 +34,8 @@ def _with_vectors(embed, text_column, dim):
     return run
 
 
-def _router_step(handles, router):
+def _router_step(nodes, group, router):
+    """nodes: the primaries' node actors; group: shard -> index in nodes. One write call per node."""
     def run(batch: pa.Table) -> pa.Table:
         import ray
 
@@ -42,9 +43,14 @@ def _router_step(handles, router):
         tenants = batch["tenant"].to_pylist() if "tenant" in batch.column_names else None
         load = np.zeros(router.n, np.int64)
         shard_of = router.route(ids, tenants, load)
-        shards = np.unique(shard_of).tolist()
-        refs = [handles[s].add.remote(batch.take(pa.array(np.flatnonzero(shard_of == s)))) for s in shards]
-        return pa.table({"shard": pa.array(shards, pa.int64()), "rows": pa.array(ray.get(refs), pa.int64())})
+        per_node = {}
+        for s in np.unique(shard_of).tolist():
+            per_node.setdefault(group[s], {})[s] = ("add", (batch.take(pa.array(np.flatnonzero(shard_of == s))),))
+        rows = {}
+        for got in ray.get([nodes[g].write.remote(calls) for g, calls in per_node.items()]):
+            rows.update(got)
+        shards = sorted(rows)
+        return pa.table({"shard": pa.array(shards, pa.int64()), "rows": pa.array([rows[s] for s in shards], pa.int64())})
 
     return run
 
@@ -116,7 +122,7 @@ def ingest_parquet(sharded, paths, *, embed=None, text_column: str = "text", bat
                 sharded._pending_tenants = True
         if "acl" in names:
             sharded._pending_acl = True
-        steps.append(_router_step(sharded._primaries, router))
+        steps.append(_router_step(list(sharded._nodes[0]), list(sharded._group), router))
         if rd is not None:
             ds = rd.read_parquet(paths)
             for step in steps:

@@ -1,13 +1,13 @@
-"""The shard servers: plain classes that distributed.cluster turns into Ray actors.
+"""The shard servers: plain classes that a node actor (node.py) holds, one per shard copy on the node.
 
 ShardServer owns one shard: a writable vecsift.Collection directory and its
-transaction log (txnlog.py). Ray restarts it after its process dies
-(max_restarts): the constructor runs again, reopens the Collection from its
-manifest and applies any prepared transaction the cluster manifest has
+transaction log (txnlog.py). When its node actor's process dies, Ray restarts the
+actor (max_restarts) and the constructor runs again: it reopens the Collection from
+its manifest and applies any prepared transaction the cluster manifest has
 committed since, so a restarted shard answers at the committed generation.
 
 ReplicaServer owns a read-only copy of a shard in its own directory. It follows
-the primary by fetching, through the primary actor, the files the copy lacks
+the primary by fetching, through the primary's node actor, the files the copy lacks
 (immutable files whole, the append-only row files from the copy's length on),
 then the MANIFEST last, then refreshing its read-only Collection; a replica
 killed halfway keeps serving the generation its MANIFEST names.
@@ -18,7 +18,6 @@ refuse an answer from another generation.
 from __future__ import annotations
 
 import os
-import pickle
 import time
 import zlib
 
@@ -72,14 +71,6 @@ class _Serving:
     def ping(self):
         return {"gen": self.gen, "pid": os.getpid(), "started": self.started, "calls": self.calls}
 
-    def call(self, req: bytes) -> bytes:
-        """The searching methods behind one bytes argument and one bytes answer (gather.request):
-        the cheapest way through Ray's per-call serialisation."""
-        method, args = pickle.loads(req)
-        if method not in _SEARCHING:
-            raise ValueError(f"not a search method: {method!r}")
-        return pickle.dumps(getattr(self, method)(*args), protocol=5)
-
     def search(self, gen, vectors, texts, k, scope, opts):
         """Dense or sparse top-k per query: (gen, [packed hits]). texts come with their global statistics."""
         self.calls += 1
@@ -118,8 +109,6 @@ class _Serving:
         info = {} if self.col is None else self.col.info()
         return dict(info, cluster_generation=self.gen, pid=os.getpid())
 
-
-_SEARCHING = frozenset({"search", "search_hybrid", "statistics"})
 
 
 class ShardServer(_Serving):
@@ -248,10 +237,11 @@ class ReplicaServer(_Serving):
         self.gen = int(state["gen"]) if state.get("crc") == crc else -1
 
     def sync(self, primary) -> int:
-        """Copies what changed on the primary (files, then MANIFEST) and serves it; returns the generation."""
-        import ray
+        """Copies what changed on the primary (files, then MANIFEST) and serves it; returns the generation.
 
-        gen, files, manifest = ray.get(primary.list_files.remote())
+        primary: anything with the primary's list_files() and read_file(name, offset, length)
+        (in a node actor, a proxy that calls the primary's node actor through Ray)."""
+        gen, files, manifest = primary.list_files()
         if gen == self.gen:
             return gen
         for name, size in files.items():
@@ -265,7 +255,7 @@ class ReplicaServer(_Serving):
                 off = have if grow else 0
                 f.seek(off)
                 while off < size:
-                    piece = ray.get(primary.read_file.remote(name, off, min(_CHUNK, size - off)))
+                    piece = primary.read_file(name, off, min(_CHUNK, size - off))
                     if not piece:
                         raise RuntimeError(f"{name} shrank on the primary while copying")
                     f.write(piece)

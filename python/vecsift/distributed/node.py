@@ -1,0 +1,191 @@
+"""The node server: one Ray actor serving every shard copy a node holds (distributed.cluster makes it an actor).
+
+A ShardedCollection places one NodeServer per node and copy level: level 0 holds
+the primaries (ShardServer objects, each a writable Collection directory and its
+transaction log), level r >= 1 the r-th replica of the same shards (ReplicaServer
+objects). As an Elasticsearch node answers for its local shards, a search phase
+makes one call per node actor it needs, naming the shards it wants there; the
+actor searches them (one after the other, or on `threads` threads: the C++ core
+releases the GIL in its scans) and answers with one merged candidate list per
+query (top k by score, ties by id; for hybrid a dense and a sparse list; for the
+BM25 statistics phase the sums), plus which asked-for shards it could not serve
+at the search's generation.
+
+A node actor is one process: when it dies, every shard copy in it goes with it.
+Ray restarts it (max_restarts=-1) and the constructor reopens each shard from its
+directory as a ShardServer or ReplicaServer does on its own (manifest, then the
+log's committed generations), so a restarted node answers at the committed
+generation; meanwhile searches go to the same shards' copies on other node
+actors (replicas), and writes wait for the restart.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import time
+
+from vecsift.distributed.gather import merge_packed
+from vecsift.distributed.shard import ReplicaServer, ShardServer
+from vecsift.errors import VecsiftError
+
+_SEARCHING = frozenset({"search", "search_hybrid", "statistics"})
+_WRITES = frozenset({"add", "delete", "prepare", "abort", "apply", "info", "ids"})
+
+
+def _user_error(exc) -> bool:
+    """The Collection's own errors (bad input) are the caller's and go back to it as they are."""
+    return isinstance(exc, (ValueError, TypeError, KeyError, VecsiftError)) and not isinstance(exc, RuntimeError)
+
+
+def merge_payloads(method: str, args: tuple, parts: list):
+    """Several shards' answers to one search phase merged into one (the same shape as one shard's)."""
+    if len(parts) == 1:
+        return parts[0]
+    if method == "statistics":
+        out = []
+        for per_text in zip(*parts):
+            total = {"n": 0, "total_len": 0, "df": {}}
+            for st in per_text:
+                total["n"] += st["n"]
+                total["total_len"] += st["total_len"]
+                df = total["df"]
+                for w, d in st["df"].items():
+                    df[w] = df.get(w, 0) + d
+            out.append(total)
+        return out
+    k = args[3]  # search(gen, vectors, texts, k, ...), search_hybrid(gen, vectors, texts, c, ...)
+    if method == "search":
+        return [merge_packed(list(per_query), k) for per_query in zip(*parts)]
+    return [(merge_packed([d for d, _ in per_query], k), merge_packed([sp for _, sp in per_query], k))
+            for per_query in zip(*parts)]
+
+
+class _PrimaryProxy:
+    """What ReplicaServer.sync reads from: one shard of a primary node actor, through Ray."""
+
+    def __init__(self, handle, shard):
+        self.handle, self.shard = handle, shard
+
+    def list_files(self):
+        import ray
+
+        return ray.get(self.handle.list_files.remote(self.shard))
+
+    def read_file(self, name, offset, length):
+        import ray
+
+        return ray.get(self.handle.read_file.remote(self.shard, name, offset, length))
+
+
+class NodeServer:
+    """The shard copies of one node at one copy level. members: [(shard number, shard name)];
+    level 0: primaries (created with create_args when their directory is new), level r: replica r-1."""
+
+    def __init__(self, root, members, level: int, session=None, create_args=None, threads: int = 1):
+        self.root, self.level = root, int(level)
+        self.started = time.time()
+        self.node_calls = 0
+        self.threads = max(1, int(threads))
+        self._pool = None
+        self.shards = {}
+        for s, name in members:
+            if self.level == 0:
+                self.shards[int(s)] = ShardServer(root, name, session, create_args)
+            else:
+                self.shards[int(s)] = ReplicaServer(root, f"{name}-r{self.level - 1}")
+
+    def ping(self):
+        try:
+            import ray
+
+            node = ray.get_runtime_context().get_node_id()
+        except Exception:  # noqa: BLE001 - not in a Ray worker (tests of the plain class)
+            node = None
+        return {"pid": os.getpid(), "node": node, "started": self.started, "level": self.level,
+                "node_calls": self.node_calls,
+                "gens": {s: srv.gen for s, srv in self.shards.items()},
+                "calls": {s: srv.calls for s, srv in self.shards.items()}}
+
+    # ---- searching
+    def call(self, req: bytes) -> bytes:
+        """One search phase over some of this node's shards. req: pickled (shards, phase request) where
+        the phase request is gather.request's bytes, (method, (gen, ...)). Answers pickled
+        (served shards, {unserved shard: reason}, the served shards' merged payload)."""
+        self.node_calls += 1
+        shards, inner = pickle.loads(req)
+        method, args = pickle.loads(inner)
+        if method not in _SEARCHING:
+            raise ValueError(f"not a search method: {method!r}")
+        gen = args[0]
+        todo, unserved = [], {}
+        for s in shards:
+            srv = self.shards.get(s)
+            if srv is None:
+                unserved[s] = "not on this node"
+            elif srv.gen != gen or srv.col is None:
+                unserved[s] = f"copy at generation {srv.gen}, search at {gen}"
+            else:
+                todo.append((s, srv))
+
+        def run(item):
+            s, srv = item
+            try:
+                got_gen, payload = getattr(srv, method)(*args)
+            except Exception as exc:  # noqa: BLE001 - sorted below: bad input goes back, a fault marks the shard
+                if _user_error(exc):
+                    raise
+                return s, None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            if got_gen != gen or payload is None:
+                return s, None, f"copy at generation {got_gen}, search at {gen}"
+            return s, payload, None
+
+        if self.threads > 1 and len(todo) > 1:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="vecsift-node")
+            done = list(self._pool.map(run, todo))
+        else:
+            done = [run(item) for item in todo]
+        served, parts = [], []
+        for s, payload, why in done:
+            if why is None:
+                served.append(s)
+                parts.append(payload)
+            else:
+                unserved[s] = why
+        merged = merge_payloads(method, args, parts) if parts else None
+        return pickle.dumps((served, unserved, merged), protocol=5)
+
+    # ---- writing (primaries; the driver serialises writes)
+    def write(self, calls: dict) -> dict:
+        """{shard: (method, args)} run on this node's shards in shard order; {shard: result}."""
+        out = {}
+        for s, (method, args) in sorted(calls.items()):
+            if method not in _WRITES:
+                raise ValueError(f"not a write method: {method!r}")
+            srv = self.shards.get(s)
+            if srv is None:
+                raise RuntimeError(f"shard {s} is not on this node")
+            if self.level != 0 and method not in ("info", "ids"):
+                raise RuntimeError(f"shard {s}: a replica takes no writes")
+            out[s] = getattr(srv, method)(*args)
+        return out
+
+    # ---- replication
+    def list_files(self, shard):
+        return self.shards[shard].list_files()
+
+    def read_file(self, shard, name, offset, length):
+        return self.shards[shard].read_file(name, offset, length)
+
+    def sync(self, primaries: dict) -> dict:
+        """Replica copies: each shard s copies what changed on its primary (primaries: {s: node actor}).
+        {s: generation now served, or -1 for a copy that could not sync (it stays out of searches)}."""
+        out = {}
+        for s, handle in sorted(primaries.items()):
+            try:
+                out[s] = self.shards[s].sync(_PrimaryProxy(handle, s))
+            except Exception:  # noqa: BLE001 - this copy stays out until a later sync works
+                out[s] = -1
+        return out
