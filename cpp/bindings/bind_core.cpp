@@ -9,6 +9,7 @@
 #include "vecsift/index/flat.hpp"
 #include "vecsift/index/planner.hpp"
 #include "vecsift/io/checksum.hpp"
+#include "vecsift/io/idle_timer.hpp"
 #include "vecsift/kernels/parallel.hpp"
 #include "vecsift/kernels/read_probe.hpp"
 
@@ -238,6 +239,23 @@ void bind_core(py::module_& m) {
   m.def("_crc32c_impl", &crc32c_impl_py, py::arg("data"), py::arg("value"), py::arg("impl"),
         "crc32c with a named implementation: table, serial or interleaved (tests, benchmarks).");
   m.def("_crc32c_impls", &crc32c_impls, "The crc32c implementations this CPU runs, the one crc32c uses last.");
+  py::class_<IdleTimer>(m, "IdleTimer",
+                         "A deadline one thread sleeps until (wait(), without the GIL) while others move it "
+                         "(set_in, clear) without waking it (io/idle_timer.hpp).")
+      .def(py::init<>())
+      .def("set_in", [](IdleTimer& t, double seconds) {
+             require(seconds >= 0 && seconds < 1e9, "seconds must be >= 0 and finite");
+             t.set_in(seconds);
+           }, py::arg("seconds"))
+      .def("arm_in", [](IdleTimer& t, double seconds) {
+             require(seconds >= 0 && seconds < 1e9, "seconds must be >= 0 and finite");
+             return t.arm_in(seconds);
+           }, py::arg("seconds"))
+      .def("clear", &IdleTimer::clear)
+      .def("wait", &IdleTimer::wait, py::call_guard<py::gil_scoped_release>(),
+           "Blocks until the deadline passes (True) or close() (False).")
+      .def("close", &IdleTimer::close)
+      .def_property_readonly("armed", &IdleTimer::armed);
   m.def("cpu_features", &cpu_features, "Detected CPU features and the kernel level in use.");
   m.def("hardware_threads", &hardware_threads);
   m.def("read_probe", &read_probe_py, py::arg("a"), py::arg("level") = -1);
