@@ -26,8 +26,10 @@ after it but starts the next file, whose first record (event "damaged_tail") cha
 whole record.
 
 Buffering: records are queued in memory and written every flush_ms (default 100 ms) by the search
-that finds the queue that old, or by a background thread when no search comes; also at close, at
-exit, and when 10,000 are queued. A process that dies loses at most
+that finds the last write 0.9 flush_ms old, or, when no search comes, by a background thread that
+sleeps in the core until flush_ms after the first record queued since the last write (so it never
+runs while searches come); also at close, at exit, and when 10,000 are queued. A process that dies
+loses at most
 the records of its last flush_ms; a power loss also loses what the OS had not written back, unless
 fsync=True. flush_ms=0 writes each record before the search returns. A write that fails (disk
 full, no permission) makes every later search of that collection raise AuditError until a write
