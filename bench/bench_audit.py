@@ -8,7 +8,8 @@
     query, `--per-round` queries a round; the audit settings are switched on the same open collection
     between rounds (off, on, off, on, ...), so both run on the same process, caches and machine load.
     Reported: median QPS over the rounds of each setting, and overhead = 1 - on/off of the medians;
-    also the process CPU time per query (flush thread included), steadier on a shared machine;
+    also the process CPU time per query (flush thread included), steadier on a shared machine; and
+    both paired, each round against the "off" round just before it (median over rounds);
     for the default settings (flush_ms=100), flush_ms=0 (a write() per search) and fsync=True with
     flush_ms=0 (a write and an fsync per search).
 (b) Deletion bound: 1,000 chunks deleted at random from the 100k and compact() timed (on a copy of the
@@ -93,6 +94,12 @@ def overhead(path: Path, queries: np.ndarray, rounds: int, per_round: int) -> di
            "records": len(logged.records), "log_ok": logged.ok,
            "log_bytes": sum(os.path.getsize(path / f) for f in logged.files)}
     out["bytes_per_record"] = out["log_bytes"] / max(1, out["records"])
+    # paired: each round's setting against the "off" round just before it (same load, same caches)
+    out["paired_overhead"] = {name: float(np.median([1 - a / b for a, b in zip(qps[name], qps["off"])]))
+                              for name in VARIANTS}
+    cpu_pairs = {name: [a / b - 1 for a, b in zip(cpu[name], cpu["off"])] for name in VARIANTS}
+    out["paired_cpu_overhead"] = {name: float(np.median(v)) for name, v in cpu_pairs.items()}
+    out["paired_cpu_iqr"] = {name: [float(p) for p in np.percentile(v, [25, 75])] for name, v in cpu_pairs.items()}
     return out
 
 
@@ -150,6 +157,9 @@ def main() -> None:
         cm = res["cpu_us_median"]
         print(f"{index}: CPU us/query off {cm['off']:.0f}, " + ", ".join(
             f"{v} {cm[v]:.0f} ({100 * res['cpu_overhead'][v]:+.1f}%)" for v in VARIANTS))
+        print(f"{index}: paired per round (median; CPU interquartile range): " + ", ".join(
+            f"{v} QPS {-100 * res['paired_overhead'][v]:+.1f}% CPU {100 * res['paired_cpu_overhead'][v]:+.1f}% "
+            f"[{100 * res['paired_cpu_iqr'][v][0]:+.1f}..{100 * res['paired_cpu_iqr'][v][1]:+.1f}]" for v in VARIANTS))
         if "deletion" in res:
             d = res["deletion"]
             print(f"{index}: delete {d['deleted']} + commit {d['delete_commit_s']:.2f} s, "

@@ -9,6 +9,7 @@ time (by then the blocks are verified: the steady state). Reported: median QPS o
 of the per-round checked/unchecked ratios.
 
     flock /tmp/vecsift-bench.lock python bench/bench_checked_rows.py --rounds 5
+    flock /tmp/vecsift-bench.lock python bench/bench_checked_rows.py --rounds 5 --crc serial   # the old CRC
     flock /tmp/vecsift-bench.lock python bench/bench_checked_rows.py --hnsw-dir DIR   # first-search cost
 """
 from __future__ import annotations
@@ -84,10 +85,20 @@ def main(argv=None) -> int:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--turn", type=int, default=50, help="queries per turn of each collection")
     ap.add_argument("--dir", default=None, help="reuse / keep the collection here")
+    ap.add_argument("--crc", default=None, choices=("table", "serial", "interleaved"),
+                    help="check the blocks with this CRC-32C implementation of the core (default: the best; "
+                    "serial is the one stream of the SSE4.2 instruction used before the interleaved one)")
     ap.add_argument("--hnsw-dir", help="also time the first search of a read-only hnsw collection (which "
                     "reads the mapped graph in full first) against the next ones, and exit")
     args = ap.parse_args(argv)
     import vecsift
+
+    if args.crc:
+        from vecsift import _core
+        from vecsift.storage import rowsums
+
+        rowsums.crc32c = lambda data, value=0: _core._crc32c_impl(data, value, args.crc)
+        print(f"block checks with the {args.crc} CRC-32C")
 
     if args.hnsw_dir:
         return first_hnsw_search(args.hnsw_dir, args.k)

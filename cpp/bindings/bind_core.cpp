@@ -9,6 +9,7 @@
 #include "vecsift/index/flat.hpp"
 #include "vecsift/index/planner.hpp"
 #include "vecsift/io/checksum.hpp"
+#include "vecsift/io/idle_timer.hpp"
 #include "vecsift/kernels/parallel.hpp"
 #include "vecsift/kernels/read_probe.hpp"
 
@@ -172,14 +173,62 @@ uint64_t read_probe_py(const U8Array& a, int level) {
   return read_probe(p, n, lv);
 }
 
-// CRC-32C of a buffer, continuing from a previous (final) value, like zlib.crc32.
-uint32_t crc32c_py(const py::buffer& data, uint32_t value) {
+// The bytes of a C-contiguous buffer (bytes, bytearray, memoryview, numpy array). Strided views are
+// refused: their items are not one run of memory, and reading size * itemsize bytes from the first item
+// would checksum the wrong bytes (past the end, for a negative stride).
+struct Bytes {
+  py::buffer_info info;
+  const uint8_t* p;
+  size_t n;
+};
+
+Bytes contiguous_bytes(const py::buffer& data) {
   py::buffer_info info = data.request();
-  require(info.ndim <= 1 || info.strides.empty() || info.strides.back() == info.itemsize, "buffer must be contiguous");
+  py::ssize_t want = info.itemsize;
+  for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
+    require(info.shape[d] <= 1 || info.strides[d] == want, "buffer must be C-contiguous");
+    want *= info.shape[d];
+  }
   const auto* p = static_cast<const uint8_t*>(info.ptr);
   const size_t n = static_cast<size_t>(info.size) * static_cast<size_t>(info.itemsize);
+  return {std::move(info), p, n};
+}
+
+// Below this many bytes the checksum takes well under a microsecond: releasing the GIL would cost more
+// (and, with other threads running, could make the caller wait to get it back).
+constexpr size_t kCrcNoGilBytes = 16 << 10;
+
+uint32_t crc32c_run(Crc32cImpl impl, const Bytes& b, uint32_t value) {
+  if (b.n < kCrcNoGilBytes) return crc32c_final(crc32c_update_with(impl, crc32c_final(value), b.p, b.n));
   py::gil_scoped_release nogil;
-  return crc32c_final(crc32c_update(crc32c_final(value), p, n));
+  return crc32c_final(crc32c_update_with(impl, crc32c_final(value), b.p, b.n));
+}
+
+// CRC-32C of a buffer, continuing from a previous (final) value, like zlib.crc32.
+uint32_t crc32c_py(const py::buffer& data, uint32_t value) {
+  static const Crc32cImpl best = crc32c_best_impl();
+  return crc32c_run(best, contiguous_bytes(data), value);
+}
+
+const char* const kCrcImplNames[] = {"table", "serial", "interleaved"};
+
+// The same with a named implementation, for tests and benchmarks (every one gives the same value).
+uint32_t crc32c_impl_py(const py::buffer& data, uint32_t value, const std::string& name) {
+  for (int i = 0; i < 3; ++i) {
+    if (name != kCrcImplNames[i]) continue;
+    const auto impl = static_cast<Crc32cImpl>(i);
+    require(crc32c_impl_supported(impl), "crc32c implementation " + name + " needs CPU features this CPU lacks");
+    return crc32c_run(impl, contiguous_bytes(data), value);
+  }
+  throw py::value_error("unknown crc32c implementation " + name + " (table, serial, interleaved)");
+}
+
+py::list crc32c_impls() {
+  py::list out;
+  for (int i = 0; i < 3; ++i) {
+    if (crc32c_impl_supported(static_cast<Crc32cImpl>(i))) out.append(kCrcImplNames[i]);
+  }
+  return out;
 }
 
 }  // namespace
@@ -187,6 +236,26 @@ uint32_t crc32c_py(const py::buffer& data, uint32_t value) {
 void bind_core(py::module_& m) {
   m.def("crc32c", &crc32c_py, py::arg("data"), py::arg("value") = 0,
         "CRC-32C (Castagnoli) of a contiguous buffer, continuing from value (the checksum of every vecsift file).");
+  m.def("_crc32c_impl", &crc32c_impl_py, py::arg("data"), py::arg("value"), py::arg("impl"),
+        "crc32c with a named implementation: table, serial or interleaved (tests, benchmarks).");
+  m.def("_crc32c_impls", &crc32c_impls, "The crc32c implementations this CPU runs, the one crc32c uses last.");
+  py::class_<IdleTimer>(m, "IdleTimer",
+                         "A deadline one thread sleeps until (wait(), without the GIL) while others move it "
+                         "(set_in, clear) without waking it (io/idle_timer.hpp).")
+      .def(py::init<>())
+      .def("set_in", [](IdleTimer& t, double seconds) {
+             require(seconds >= 0 && seconds < 1e9, "seconds must be >= 0 and finite");
+             t.set_in(seconds);
+           }, py::arg("seconds"))
+      .def("arm_in", [](IdleTimer& t, double seconds) {
+             require(seconds >= 0 && seconds < 1e9, "seconds must be >= 0 and finite");
+             return t.arm_in(seconds);
+           }, py::arg("seconds"))
+      .def("clear", &IdleTimer::clear)
+      .def("wait", &IdleTimer::wait, py::call_guard<py::gil_scoped_release>(),
+           "Blocks until the deadline passes (True) or close() (False).")
+      .def("close", &IdleTimer::close)
+      .def_property_readonly("armed", &IdleTimer::armed);
   m.def("cpu_features", &cpu_features, "Detected CPU features and the kernel level in use.");
   m.def("hardware_threads", &hardware_threads);
   m.def("read_probe", &read_probe_py, py::arg("a"), py::arg("level") = -1);

@@ -297,3 +297,112 @@ def test_odd_values_are_recorded_as_json(tmp_path):
     r = records(path)
     assert r[0]["k"] == 3 and r[0]["groups"] == ["g1"] and r[0]["where"] == {"kind": {"$in": [1, 2]}}
     assert r[1]["tenant"] == 'qu"ote\n\u00e9' and r[1]["where"] == {"date": "2024-01-02 00:00:00"}
+
+
+def test_records_keep_what_was_returned_and_asked(tmp_path):
+    # records are encoded before the search returns: what the caller changes afterwards is not recorded
+    path = tmp_path / "c"
+    c, x = make(path, audit_cfg={"flush_ms": 60_000})
+    hits = c.search(x[3], k=3, tenant="a", groups=["g1"])
+    want = [h.id for h in hits]
+    hits[0].id = "changed"
+    hits.clear()
+    groups = ["g1"]
+    got = c.search_batch(x[:2], k=2, tenant="a", groups=groups)
+    want2 = [[h.id for h in q] for q in got]
+    groups.append("g2")
+    got[1].pop()
+    c.close()
+    r = records(path)
+    assert r[0]["ids"] == [want] and r[1]["ids"] == want2 and r[1]["groups"] == ["g1"]
+
+
+def test_positional_and_keyword_arguments_alike(tmp_path):
+    path = tmp_path / "c"
+    c, x = make(path, audit_cfg={"flush_ms": 0})
+    rows_p = c.search_rows(x[:1], 3, "a", ["g1"], {"kind": 1})
+    rows_k = c.search_rows(where={"kind": 1}, groups=["g1"], tenant="a", k=3, vectors=x[:1])
+    c.search_sparse(["topic1"], None, 2, "b", ["g1"])
+    c.get(["r1", "r3", "r5"], "a", ["g1"], with_vectors=True)  # r3: not visible to g1
+    c.close()
+    r = records(path)
+    ids = [f"r{i}" for i in rows_p[0][0] if i >= 0]  # row i holds id r{i}
+    assert ids and r[0]["ids"] == [ids] == r[1]["ids"]
+    for e in r[:2]:
+        assert (e["op"], e["mode"], e["k"], e["tenant"], e["groups"], e["where"]) == \
+            ("search_rows", "dense", 3, "a", ["g1"], {"kind": 1})
+    assert np.array_equal(rows_p[0], rows_k[0])
+    assert (r[2]["op"], r[2]["mode"], r[2]["k"], r[2]["tenant"]) == ("search_sparse", "sparse", 2, "b")
+    assert (r[3]["op"], r[3]["k"], r[3]["tenant"], r[3]["ids"]) == ("get", None, "a", ["r1", "r5"])
+
+
+def test_ids_that_need_escaping(tmp_path):
+    path = tmp_path / "c"
+    ids = ['plain', 'qu"ote', 'back\\slash', 'caf\u00e9', 'tab\there', '","', 'del\x7f', '\u2603', '\\u0000', ' ']
+    x = np.random.default_rng(2).standard_normal((len(ids), DIM)).astype(np.float32)
+    c = vecsift.Collection.create(path, DIM, audit={"flush_ms": 0})
+    c.add(ids, x)
+    c.commit()
+    got = [[h.id for h in q] for q in c.search_batch(x, k=len(ids))]
+    assert sorted(got[0]) == sorted(ids)
+    c.get(ids + ["missing"])
+    c.close()
+    r = records(path)
+    assert r[0]["ids"] == got and r[1]["ids"] == ids
+
+
+def test_string_lists_encode_as_json_does():
+    rng = np.random.default_rng(3)
+    alphabet = ['a', 'Z', '0', ' ', '"', '\\', ',', '\n', '\x00', '\x1f', '\x7f', '\u00e9', '\u2603', '\U0001F600', '/']
+    for _ in range(500):
+        v = ["".join(rng.choice(alphabet, rng.integers(0, 6))) for _ in range(rng.integers(0, 6))]
+        assert audit._strs(v) == json.dumps(v, separators=(",", ":")), v
+        assert audit._strs(tuple(v)) == json.dumps(v, separators=(",", ":"))
+        assert json.loads(audit._js(v)) == v
+    assert audit._strs([1, "a", None]) == '[1,"a",null]'
+
+
+def test_idle_process_flushes_without_more_searches(tmp_path):
+    # no search after these: the background thread writes them (flush_ms after the first), not close()
+    import time
+    path = tmp_path / "c"
+    c, x = make(path, audit_cfg={"flush_ms": 20})
+    for i in range(3):
+        c.search(x[i], k=1, tenant="a", groups=["g1"])
+    deadline = time.monotonic() + 30  # generous: a loaded machine may run the thread late
+    while time.monotonic() < deadline and not (log_files(path) and len(read_log(path).records) == 3):
+        time.sleep(0.01)
+    assert len(records(path)) == 3
+    for i in range(3, 5):  # and again after that flush: the first record since sets a new deadline
+        c.search(x[i], k=1, tenant="a", groups=["g1"])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(read_log(path).records) < 5:
+        time.sleep(0.01)
+    assert len(records(path)) == 5
+    c.close()
+
+
+def test_idle_timer_semantics():
+    import time
+    from vecsift import _core
+    t = _core.IdleTimer()
+    assert not t.armed
+    assert t.arm_in(0.0) and not t.arm_in(0.0)  # the second leaves the first deadline
+    assert t.wait() and not t.armed  # passed: returns and clears
+    t.arm_in(1e6)
+    t.clear()
+    got = []
+    th = threading.Thread(target=lambda: got.append(t.wait()))
+    th.start()
+    time.sleep(0.02)
+    assert got == []  # cleared: sleeps until set again
+    t.set_in(0.0)  # an earlier deadline wakes it
+    th.join(30)
+    assert got == [True]
+    th = threading.Thread(target=lambda: got.append(t.wait()))
+    th.start()
+    t.close()
+    th.join(30)
+    assert got == [True, False] and not t.wait()
+    with pytest.raises(ValueError):
+        t.set_in(-1)

@@ -26,8 +26,10 @@ after it but starts the next file, whose first record (event "damaged_tail") cha
 whole record.
 
 Buffering: records are queued in memory and written every flush_ms (default 100 ms) by the search
-that finds the queue that old, or by a background thread when no search comes; also at close, at
-exit, and when 10,000 are queued. A process that dies loses at most
+that finds the last write 0.9 flush_ms old, or, when no search comes, by a background thread that
+sleeps in the core until flush_ms after the first record queued since the last write (so it never
+runs while searches come); also at close, at exit, and when 10,000 are queued. A process that dies
+loses at most
 the records of its last flush_ms; a power loss also loses what the OS had not written back, unless
 fsync=True. flush_ms=0 writes each record before the search returns. A write that fails (disk
 full, no permission) makes every later search of that collection raise AuditError until a write
@@ -41,6 +43,7 @@ import fcntl
 import functools
 import inspect
 import json
+import operator
 import os
 import re
 import struct
@@ -50,6 +53,7 @@ import weakref
 from collections import deque
 from dataclasses import dataclass, field
 
+from vecsift import _core
 from vecsift.errors import VecsiftError
 from vecsift.storage.checksum import crc32c
 
@@ -177,36 +181,47 @@ class AuditLog:
         self._tail = None
         self._error = None
         self._thread = None
-        self._stop = threading.Event()
+        self._timer = None  # the idle flush's deadline (_core.IdleTimer), made with the thread
         self._closed = False
         self._lock_fd = None  # the audit.lock descriptor while a write holds the flock
         self._period = cfg["flush_ms"] / 1000
-        self._last = time.monotonic()  # of the last flush
+        # searches flush a little before the idle flush would, so while they come it never has to
+        self._soon = 0.9 * self._period
+        self._eager = cfg["flush_ms"] == 0
+        self._last = time.perf_counter()  # of the last flush
         if not os.access(self.directory, os.W_OK):
             raise AuditError(f"{self.directory}: audit is enabled but the directory is not writable")
         _LIVE.add(self)
 
     # -- the search thread's side: cheap
-    def add(self, payload) -> None:
-        """Queues a record: its bytes, or a call returning them (encoded by the flush).
+    def add(self, payload, now: float | None = None) -> None:
+        """Queues a record: its bytes, or a _Call that the flush encodes (`now`: time.perf_counter() if
+        the caller has it).
 
-        While searches run, the search that finds the queue flush_ms old writes it (one batch, a
-        fraction of a millisecond every flush_ms): a flush thread doing it instead would contend for
-        the GIL with every search and, on a busy machine, hold it while descheduled (measured: 14%
-        fewer QPS on the hnsw benchmark, 5.6% this way). The thread only writes what an idle process
-        left queued."""
-        self.check()
+        While searches come, the search that finds the last flush 0.9 flush_ms old writes the queue
+        (one batch, a fraction of a millisecond every flush_ms). A background thread writes what is
+        left when they stop: it sleeps in the core until flush_ms after the first record queued since
+        the last flush (_core.IdleTimer), and a flush by a search moves that deadline without waking
+        it. So while searches come it never runs: a thread that woke every flush_ms to look would take
+        the GIL from the searches each time (on a loaded machine, measured: 15% fewer QPS on the hnsw
+        benchmark, none of it CPU time), and one that encoded and wrote records would contend for it
+        more (14%). After a failed write the record is queued and written first by the next write that
+        succeeds; until one does, this raises AuditError (the search is refused)."""
         self._queue.append(payload)
-        if self.cfg["flush_ms"] == 0 or len(self._queue) >= MAX_PENDING or self._closed:
+        if self._eager or self._error is not None or len(self._queue) >= MAX_PENDING or self._closed:
             self.flush()
-        elif time.monotonic() - self._last >= self._period:
+        elif (time.perf_counter() if now is None else now) - self._last >= self._soon:
             if self._flush_lock.acquire(blocking=False):  # another thread flushing: it takes this one too
                 try:
                     self._flush_locked()
                 finally:
                     self._flush_lock.release()
-        elif self._thread is None:
-            self._start()
+        else:
+            timer = self._timer
+            if timer is None:
+                self._start()
+            else:
+                timer.arm_in(self._period)  # the first record since a flush sets the deadline
 
     def check(self) -> None:
         """After a failed write: tries again, and raises AuditError if it still fails."""
@@ -221,12 +236,15 @@ class AuditLog:
     def _start(self) -> None:
         with self._flush_lock:
             if self._thread is None and not self._closed:
-                self._thread = threading.Thread(target=self._run, name="vecsift-audit", daemon=True)
+                self._timer = _core.IdleTimer()
+                self._timer.arm_in(self._period)
+                self._thread = threading.Thread(target=self._run, args=(self._timer,), name="vecsift-audit",
+                                                daemon=True)
                 self._thread.start()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._period):
-            if self._queue and time.monotonic() - self._last >= self._period:
+    def _run(self, timer) -> None:
+        while timer.wait():  # in the core, without the GIL, until a deadline passes with no flush
+            if self._queue:
                 try:
                     self.flush()
                 except AuditError:
@@ -239,7 +257,9 @@ class AuditLog:
             self._flush_locked()
 
     def _flush_locked(self) -> None:
-        self._last = time.monotonic()
+        self._last = time.perf_counter()
+        if self._timer is not None:
+            self._timer.clear()  # before the queue is taken: a record queued after that sets it again
         if not self._queue:
             return
         items = []
@@ -249,7 +269,7 @@ class AuditLog:
             except IndexError:
                 break
         try:
-            self._write([_payload(it) for it in items])
+            self._write([it if type(it) is bytes else encode(it) for it in items])
         except OSError as exc:
             self._queue.extendleft(reversed(items))  # kept for the next attempt
             self._error = exc
@@ -263,10 +283,14 @@ class AuditLog:
             tail, events = self._locate()
             out = []
             seq, crc = tail.seq, tail.crc
-            for p in events + payloads:
+            head, tail_of, append = HEAD.pack, TAIL.pack, out.append
+            for p in events + payloads:  # frame() inlined: ~1 us a record
                 seq += 1
-                data, crc = frame(seq, crc, p)
-                out.append(data)
+                n = len(p)
+                rec = head(MAGIC, n, seq, crc) + p
+                crc = crc32c(rec)
+                append(rec)
+                append(tail_of(crc, n))
             data = b"".join(out)
             path = os.path.join(self.directory, _file_name(tail.number))
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -321,7 +345,8 @@ class AuditLog:
         if self._closed:
             return
         self._closed = True
-        self._stop.set()
+        if self._timer is not None:
+            self._timer.close()
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join()
@@ -342,7 +367,9 @@ class AuditLog:
         self._queue = deque()
         self._flush_lock = threading.Lock()
         self._thread = None
-        self._stop = threading.Event()
+        if self._timer is not None:  # its mutex may have been held by the parent's thread: never used
+            _FORKED_AWAY.append(self._timer)  # again, nor destroyed (a waited-on condition variable)
+        self._timer = None
         self._tail = None
 
 
@@ -373,10 +400,12 @@ def _chain_end(directory, files) -> tuple[int, int, int | None]:
 
 
 # ---------------------------------------------------------------------------- records
-# A record is serialised in the search thread, at once: it holds what the caller passed and got back
-# at that moment (they may reuse and change their lists and dicts afterwards), and the flush thread
-# is left with framing and one write() -- little Python for it to hold the GIL with. The common
-# field types are written by hand: json.dumps of the whole dict costs twice as much (measured).
+# A record is encoded by the search that made it, before it returns: then it holds what the caller
+# passed and got back at that moment (they may reuse and change their lists, dicts and hits
+# afterwards), the queue holds only bytes, and the flush is left with framing and one write().
+# Deferring the encoding to the flush would not save the search thread anything: the flush runs on
+# it too (see AuditLog.add). The common field types are written by hand, with one %-format per
+# record: json.dumps of the whole dict costs twice as much (measured).
 
 _esc = json.encoder.encode_basestring_ascii  # the C string escaper json.dumps uses
 _PID = [os.getpid()]  # this process's (reset in a forked child)
@@ -400,92 +429,43 @@ def _js(v) -> str:
         return _esc(v)
     if t is int:
         return str(v)
-    if (t is list or t is tuple) and all(type(x) is str for x in v):
-        return "[" + ",".join(map(_esc, v)) + "]"
+    if t is list or t is tuple:
+        return _strs(v)
     try:
         return _ENC.encode(v)
     except (TypeError, ValueError):  # e.g. non-string keys: kept as text
         return _esc(repr(v))
 
 
-def _ids_js(ids) -> str:
-    if ids and type(ids[0]) is str:  # get(): one flat list
-        return "[" + ",".join(map(_esc, ids)) + "]"
-    return "[" + ",".join("[" + ",".join(map(_esc, q)) + "]" for q in ids) + "]"
-
-
-def encode(t: float, op: str, mode, k, tenant, groups, where, ids, ms: float, gen: int, error=None,
-           texts=None, vectors=None) -> bytes:
-    """The JSON payload of one record (texts / vectors only when record_query is set)."""
-    out = (f'{{"t":{t:.6f},"op":{_esc(op)},"mode":{_js(mode)},"k":{_js(k)},"tenant":{_js(tenant)},'
-           f'"groups":{_field(groups)},"where":{_field(where)},"ids":{_ids_js(ids)},"ms":{ms:.4f},"gen":{gen},'
-           f'"pid":{_PID[0]}')
-    if error is not None:
-        out += ',"error":' + _esc(error)
-    if texts is not None:
-        out += ',"text":' + _field(texts)
-    if vectors is not None:
-        out += (f',"vector":{{"dtype":"float32","shape":{list(vectors.shape)},'
-                f'"base64":"{base64.b64encode(vectors.tobytes()).decode()}"}}')
-    return (out + "}").encode()
-
-
-class _Raw(str):
-    """A field already serialised to JSON."""
-
-
-def _field(v) -> str:
-    return v if type(v) is _Raw else _js(v)
-
-
-def _payload(item) -> bytes:
-    """A queued record as bytes: queued as bytes, or as a call that encodes it (run by the flush)."""
-    if type(item) is bytes:
-        return item
+def _strs(v) -> str:
+    """JSON of a list (or tuple) of values: by hand for strings, as the JSON encoder writes them."""
+    if not v:
+        return "[]"
     try:
-        return item()
-    except Exception as exc:  # noqa: BLE001 - a record is written whatever went wrong in encoding it
-        return json.dumps({"t": time.time(), "event": "unencodable", "error": repr(exc)}).encode()
+        j = '","'.join(v)
+    except TypeError:  # not all strings
+        try:
+            return _ENC.encode(v)
+        except (TypeError, ValueError):
+            return _esc(repr(v))
+    # Strings with nothing to escape (the usual ids and groups): the C escaper, run once over them all,
+    # then adds only the quotes around and the escapes of the separators' quotes, and the JSON is
+    # the joined text in brackets. Any other string makes the escaped text longer than that.
+    if len(_esc(j)) == len(j) + 2 * len(v):
+        return '["' + j + '"]'
+    return "[" + ",".join(map(_esc, v)) + "]"
 
 
-def _deferred(arg, op, t, ms, gen, args, kw, ids, error, groups, where, texts, vectors) -> bytes:
-    """encode() of a wrapped call, its arguments read from (args, kw) by the flush."""
-    return encode(t, op, _mode_of(op, arg(args, kw, "vectors"), arg(args, kw, "texts"), arg(args, kw, "mode")),
-                  None if op == "get" else arg(args, kw, "k"), arg(args, kw, "tenant"), groups, where, ids, ms, gen,
-                  error, texts, vectors)
-
-
-def result_ids(op: str, result, snap) -> list:
-    """Chunk ids per query ("get": the ids found)."""
-    if result is None:
-        return []
-    if op == "get":
-        hits = result[0] if isinstance(result, tuple) else result
-        return [h.id for h in hits if h is not None]
-    if op == "search_rows":
-        col = snap.table["id"]
-        return [col.take(r[r >= 0]).to_pylist() for r in result[0]]
-    return [[h.id for h in hits] for hits in result]
-
-
-def _mode_of(op, vectors, texts, mode):
-    if op in _FIXED_MODE:
-        return _FIXED_MODE[op]
-    if mode is not None:
-        return mode
-    if vectors is not None and texts is not None:
-        return "hybrid"
-    return "dense" if vectors is not None else "sparse"
-
-
+# a record's fields in their order (the text, vector and error fields follow when there are any)
+_HEAD_JS = '{"t":%.6f,"op":%s,"mode":%s,"k":%s,"tenant":%s,"groups":%s,"where":%s,"ids":%s,"ms":%.4f,"gen":%s,"pid":%d'
 _FIXED_MODE = {"search_sparse": "sparse", "search_rows": "dense", "get": "get"}
 
 
-def _vectors_copy(vectors):
+def _vectors_array(vectors):
     import numpy as np
 
     try:
-        return np.array(vectors, dtype=np.float32, copy=True)
+        return np.asarray(vectors, dtype=np.float32)
     except (TypeError, ValueError):
         return None
 
@@ -496,27 +476,138 @@ _ARGS = ("vectors", "texts", "k", "tenant", "groups", "where", "mode")
 _ALIASES = {"q": "vectors", "vector": "vectors", "text": "texts"}
 
 
+class _Args:
+    """Reads the audited arguments of one entry point's calls, found by name in its signature, as a tuple
+    in the order of _ARGS (None for those it does not take)."""
+
+    def __init__(self, op: str, fn):
+        self.op, self.op_js = op, _esc(op)
+        sig = inspect.signature(fn).parameters
+        self.spots = [None] * len(_ARGS)  # per audited argument: (position after self or None, name, default)
+        for i, name in enumerate(list(sig)[1:]):
+            a = _ALIASES.get(name, name)
+            j = _ARGS.index(a) if a in _ARGS else -1
+            if j >= 0 and self.spots[j] is None:
+                p = sig[name]
+                pos = i if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) else None
+                self.spots[j] = (pos, name, None if p.default is p.empty else p.default)
+        fast = [(j, s[0]) for j, s in enumerate(self.spots) if s is not None and s[0] is not None]
+        self.need = max((pos for _, pos in fast), default=-1) + 1
+        if len(fast) == len(_ARGS):  # every argument by position (Collection._search): one C call
+            self.getter = operator.itemgetter(*[pos for _, pos in fast])
+        else:
+            self.getter = None
+
+    def values(self, args, kw) -> tuple:
+        if not kw and len(args) >= self.need and self.getter is not None:
+            return self.getter(args)
+        out = []
+        for spot in self.spots:
+            if spot is None:
+                out.append(None)
+                continue
+            pos, name, default = spot
+            if name in kw:
+                out.append(kw[name])
+            elif pos is not None and pos < len(args):
+                out.append(args[pos])
+            else:
+                out.append(default)
+        return tuple(out)
+
+
+def _ids_of(op: str, result, snap) -> list:
+    """The chunk ids returned, taken at once (the caller may change its hits afterwards): a list per
+    query ("get": one list of the ids found)."""
+    if result is None:
+        return []
+    if op == "get":
+        hits = result[0] if isinstance(result, tuple) else result
+        return [h.id for h in hits if h is not None]
+    if op == "search_rows":
+        col = snap.table["id"]
+        return [col.take(r[r >= 0]).to_pylist() for r in result[0]]
+    if len(result) == 1:  # one query: the usual call
+        return [[h.id for h in result[0]]]
+    return [[h.id for h in hits] for hits in result]
+
+
+class _Call:
+    """What one call's record needs, taken when it returns (the rest of the arguments are immutable
+    values read by encode); encoded with the other queued records by the flush."""
+
+    __slots__ = ("spec", "t", "secs", "gen", "values", "ids", "error", "groups", "where", "texts", "vectors")
+
+    def __init__(self, spec, cfg, t, secs, gen, args, kw, ids, error):
+        self.spec, self.t, self.secs, self.gen, self.ids, self.error = spec, t, secs, gen, ids, error
+        self.values = v = spec.values(args, kw)
+        # what a caller may change afterwards, serialised now: a groups list, a where dict, the query
+        g, w = v[4], v[5]
+        self.groups = "null" if g is None else _esc(g) if type(g) is str else _js(g)
+        self.where = "null" if w is None else _js(w)
+        self.texts = self.vectors = None
+        if cfg["record_query"] and spec.op != "get":
+            if v[1] is not None:
+                self.texts = _js(v[1])
+            if v[0] is not None:
+                self.vectors = _vectors_field(v[0])
+
+
+def _vectors_field(vectors) -> str | None:
+    v = _vectors_array(vectors)
+    if v is None:
+        return None
+    return (f',"vector":{{"dtype":"float32","shape":{list(v.shape)},'
+            f'"base64":"{base64.b64encode(v.tobytes()).decode()}"}}')
+
+
+def encode(call: _Call) -> bytes:
+    """The JSON payload of one call's record; never raises (a record is written whatever went wrong)."""
+    spec = call.spec
+    op = spec.op
+    try:
+        vectors, texts, k, tenant, _, _, mode = call.values
+        if op in _FIXED_MODE:
+            mode = _FIXED_MODE[op]
+        elif mode is None:
+            mode = "hybrid" if vectors is not None and texts is not None else \
+                "dense" if vectors is not None else "sparse"
+        ids = call.ids
+        if op == "get":
+            ids = _strs(ids)
+        elif len(ids) == 1:
+            ids = "[" + _strs(ids[0]) + "]"
+        else:
+            ids = "[" + ",".join(map(_strs, ids)) + "]"
+        # the common values (None, a str mode, an int k) without a call each
+        out = _HEAD_JS % (call.t, spec.op_js, _esc(mode) if type(mode) is str else _js(mode),
+                          "null" if op == "get" or k is None else str(k) if type(k) is int else _js(k),
+                          "null" if tenant is None else _js(tenant), call.groups, call.where, ids,
+                          call.secs * 1000, call.gen, _PID[0])
+        if call.error is not None:
+            out += ',"error":' + _esc(call.error)
+        if call.texts is not None:
+            out += ',"text":' + call.texts
+        if call.vectors is not None:
+            out += call.vectors
+        return (out + "}").encode()
+    except Exception as exc:  # noqa: BLE001
+        return json.dumps({"t": call.t, "op": op, "event": "unencodable", "error": repr(exc), "gen": call.gen,
+                           "pid": _PID[0]}).encode()
+
+
 def audited(op: str):
     """Decorates a Collection entry point: when the collection's manifest enables audit, each call
     (also a refused or failed one) is queued as a record. Arguments are found by name in the entry
-    point's signature, so entry points may gain parameters."""
-    def wrap(fn):
-        sig = inspect.signature(fn).parameters
-        spots = {}  # audited argument -> (position after self, parameter name, default)
-        for i, name in enumerate(list(sig)[1:]):
-            a = _ALIASES.get(name, name)
-            if a in _ARGS and a not in spots:
-                d = sig[name].default
-                spots[a] = (i, name, None if d is inspect.Parameter.empty else d)
+    point's signature, so entry points may gain parameters.
 
-        def arg(args, kw, a):
-            spot = spots.get(a)
-            if spot is None:
-                return None
-            i, name, default = spot
-            if name in kw:
-                return kw[name]
-            return args[i] if i < len(args) else default
+    Per call, when audit is on: two clock reads around the call, the hit ids copied into a list, one
+    small object queued and one clock comparison; every flush_ms one call also encodes, frames and
+    writes the queue (AuditLog.add), all records in one loop (its code and data warm in the caches,
+    where each search's graph walk leaves them cold)."""
+    def wrap(fn):
+        spec = _Args(op, fn)
+        wall, clock = time.time, time.perf_counter
 
         @functools.wraps(fn)
         def wrapper(self, *args, **kw):
@@ -526,35 +617,21 @@ def audited(op: str):
             log = self.__dict__.get("_audit_log")
             if log is None or (log.cfg is not cfg and log.cfg != cfg):
                 log = log_of(self, cfg)
-            log.check()  # an audit log that cannot be written refuses the search
+            if log._error is not None:
+                log.check()  # an audit log that cannot be written refuses the search
             snap = self._snap
-            t, t0 = time.time(), time.perf_counter()
-            result = error = None
+            t, t0 = wall(), clock()
             try:
                 result = fn(self, *args, **kw)
-                return result
-            except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
+            except BaseException as exc:
+                t1 = clock()
+                log.add(_Call(spec, cfg, t, t1 - t0, self._manifest.generation, args, kw, [],
+                              f"{type(exc).__name__}: {exc}"), t1)
                 raise
-            finally:
-                ms = (time.perf_counter() - t0) * 1000
-                # Taken now: what the caller may change afterwards (the hit lists, a groups list, a
-                # where dict, the query). The rest (k, tenant, mode) is read and the record encoded by
-                # the flush thread, off the search's time; flush_ms=0 encodes here.
-                groups, where = arg(args, kw, "groups"), arg(args, kw, "where")
-                if groups is not None and type(groups) is not str:
-                    groups = _Raw(_js(groups))
-                if where is not None:
-                    where = _Raw(_js(where))
-                texts = vectors = None
-                if cfg["record_query"] and op != "get":
-                    texts = arg(args, kw, "texts")
-                    texts = None if texts is None else _Raw(_js(texts))
-                    vectors = arg(args, kw, "vectors")
-                    vectors = None if vectors is None else _vectors_copy(vectors)
-                item = functools.partial(_deferred, arg, op, t, ms, self._manifest.generation, args, kw,
-                                         result_ids(op, result, snap), error, groups, where, texts, vectors)
-                log.add(item() if cfg["flush_ms"] == 0 else item)
+            t1 = clock()
+            log.add(_Call(spec, cfg, t, t1 - t0, self._manifest.generation, args, kw, _ids_of(op, result, snap),
+                          None), t1)
+            return result
         return wrapper
     return wrap
 
@@ -588,6 +665,7 @@ def close_log(coll) -> None:
 
 
 _MAKE_LOCK = threading.Lock()
+_FORKED_AWAY = []  # the parents' idle timers, in a forked child
 _LIVE: "weakref.WeakSet[AuditLog]" = weakref.WeakSet()
 
 

@@ -15,8 +15,10 @@ from vecsift.errors import CorruptIndexError
 CRC32C, ZLIB = "crc32c", "crc"  # the manifest keys, which name the algorithm
 
 
-def crc32c(data, value: int = 0) -> int:
-    return _core.crc32c(data, value)  # imported once: a per-call import cost ~0.7 us on every block check
+# crc32c(data, value=0) -> int: the core's function itself, no Python frame around it (it is called per
+# 64 KiB block of checked rows and per audit record). Takes any C-contiguous buffer without copying
+# and releases the GIL for large ones (16 KiB and up).
+crc32c = _core.crc32c
 
 
 def zlib_crc32(data, value: int = 0) -> int:
@@ -44,17 +46,19 @@ def entry(value: int, algo: str = CRC32C, **fields) -> dict:
 
 
 def file_checksum(path, algo: str = CRC32C, offset: int = 0, length: int | None = None, value: int = 0) -> int:
-    """Checksum of a byte range of a file, streamed in 8 MiB pieces."""
-    with open(path, "rb") as f:
+    """Checksum of a byte range of a file, streamed in 8 MiB pieces through one reused buffer (a fresh
+    8 MiB bytes object per piece would be mapped and faulted in anew each time)."""
+    buf = memoryview(bytearray(min(8 << 20, length) if length is not None else 8 << 20))
+    with open(path, "rb", buffering=0) as f:
         f.seek(offset)
         left = length
         while left is None or left > 0:
-            piece = f.read(8 << 20 if left is None else min(8 << 20, left))
-            if not piece:
+            got = f.readinto(buf if left is None or left >= len(buf) else buf[:left])
+            if not got:
                 break
-            value = update(algo, piece, value)
+            value = update(algo, buf[:got], value)
             if left is not None:
-                left -= len(piece)
+                left -= got
         if left:
             raise CorruptIndexError(f"{path}: file is truncated")
     return value

@@ -188,13 +188,13 @@ def verify_region(path, fd, offset: int, data_bytes: int, sums: Sums, crc_fn):
     bad, whole, pos, b = [], 0, 0, 0
     piece = max(sums.block, (8 << 20) // sums.block * sums.block)
     table = sums.table()
+    buf = memoryview(bytearray(min(piece, data_bytes)))  # one buffer for every piece, read into
     while pos < data_bytes:
         want = min(piece, data_bytes - pos)
-        buf = os.pread(fd, want, offset + pos)
-        if len(buf) != want:
+        mv = buf[:want]
+        if os.preadv(fd, [mv], offset + pos) != want:
             raise CorruptIndexError(f"{path}: file is truncated")
-        whole = crc_fn(buf, whole)
-        mv = memoryview(buf)
+        whole = crc_fn(mv, whole)
         for lo in range(0, want, sums.block):
             if b < len(table) and crc32c(mv[lo:lo + sums.block]) != int(table[b]):
                 bad.append(b)
