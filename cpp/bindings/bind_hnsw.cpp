@@ -97,6 +97,35 @@ py::tuple search_py(const HNSWGraph& g, const F32Array& q, long k, long ef, cons
   return py::make_tuple(labels, scores);
 }
 
+// One query, no allow set, results as Python lists (labels with -1 padding, float scores): what
+// Collection.search's single-query path reads, without two numpy arrays and their views per call.
+py::tuple search_one_py(const HNSWGraph& g, const F32Array& q, long k, long ef, long threads) {
+  require(q.ndim() == 1 && static_cast<size_t>(q.shape(0)) == g.dim(),
+          "query must be 1-d with the index's dimension (" + std::to_string(g.dim()) + ")");
+  require(k > 0, "k must be positive");
+  if (ef <= 0) ef = static_cast<long>(g.ef_search());
+  const float* pq = q.data();
+  require(all_finite(pq, g.dim()), "queries contain NaN or infinite values");
+  std::vector<int64_t> labels(static_cast<size_t>(k));
+  std::vector<float> scores(static_cast<size_t>(k));
+  const size_t nt = resolve_threads(threads);
+  {
+    py::gil_scoped_release nogil;
+    g.search(pq, 1, static_cast<size_t>(k), static_cast<size_t>(ef), AllowSpec{}, nt, labels.data(), scores.data(),
+             0, nullptr, nullptr);
+  }
+  py::list pl(k), ps(k);
+  for (long i = 0; i < k; ++i) {
+    PyObject* a = PyLong_FromLongLong(labels[static_cast<size_t>(i)]);
+    if (!a) throw py::error_already_set();
+    PyList_SET_ITEM(pl.ptr(), i, a);
+    PyObject* b = PyFloat_FromDouble(scores[static_cast<size_t>(i)]);
+    if (!b) throw py::error_already_set();
+    PyList_SET_ITEM(ps.ptr(), i, b);
+  }
+  return py::make_tuple(std::move(pl), std::move(ps));
+}
+
 size_t set_deleted_py(HNSWGraph& g, const I64Array& labels, bool deleted) {
   require(labels.ndim() == 1, "labels must be 1-d");
   const int64_t* p = labels.data();
@@ -192,6 +221,7 @@ void bind_hnsw(py::module_& m) {
       .def("add", &add_py, py::arg("vectors"), py::arg("labels"), py::arg("threads"))
       .def("search", &search_py, py::arg("queries"), py::arg("k"), py::arg("ef"), py::arg("allow_mask"),
            py::arg("allow_labels"), py::arg("threads"), py::arg("filter_mode") = 0, py::arg("stats") = false)
+      .def("search_one", &search_one_py, py::arg("query"), py::arg("k"), py::arg("ef"), py::arg("threads"))
       .def("set_deleted", &set_deleted_py, py::arg("labels"), py::arg("deleted"))
       .def("save",
            [](const HNSWGraph& g, const std::string& path) {

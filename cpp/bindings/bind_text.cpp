@@ -70,8 +70,10 @@ class Utf8Column {
   // One str (or None for a null) per row, in the order given.
   py::list take(const I64Array& rows) const {
     require(rows.ndim() == 1, "rows must be a 1-d int64 array");
-    const int64_t* r = rows.data();
-    const py::ssize_t n = rows.shape(0);
+    return take_rows(rows.data(), rows.shape(0));
+  }
+
+  py::list take_rows(const int64_t* r, py::ssize_t n) const {
     py::list out(n);
     for (py::ssize_t i = 0; i < n; ++i) {
       const int64_t row = r[i];
@@ -106,11 +108,200 @@ class Utf8Column {
   int64_t size_ = 0;
 };
 
-// The same rows of several columns in one call: {column: values} costs one
-// conversion of rows and one call instead of one per column.
-py::list take_columns(const py::sequence& columns, const I64Array& rows) {
+// Python ints, floats and bools from fixed-width Arrow columns (integers, float32 / float64, and
+// bit-packed booleans), the same values pyarrow's to_pylist gives. Numeric metadata columns would
+// otherwise cost a pyarrow take + to_pylist per search (~100 us cold, after a graph walk).
+struct NumChunk {
+  int64_t start = 0;
+  int64_t rows = 0;
+  const uint8_t* values = nullptr;  // rows values of `kind` / `width`, or a bitmap for bool
+  char kind = 'i';                  // 'i' signed, 'u' unsigned, 'f' float, 'b' bool (bitmap)
+  int width = 8;                    // bytes a value (not bool)
+  const uint8_t* validity = nullptr;
+  int64_t bit_offset = 0;           // of the validity bitmap and of a bool values bitmap
+};
+
+class NumColumn {
+ public:
+  // chunks: a sequence of (values, validity uint8 or None, bit_offset, rows). values: a contiguous
+  // 1-d int8..int64 / uint8..uint64 / float32 / float64 array of `rows` values, or for bool the
+  // uint8 bitmap (bit_offset + rows bits).
+  explicit NumColumn(const py::sequence& chunks) {
+    int64_t start = 0;
+    for (const py::handle item : chunks) {
+      auto t = py::reinterpret_borrow<py::tuple>(item);
+      require(t.size() == 4, "each chunk is (values, validity, bit_offset, rows)");
+      NumChunk c;
+      c.start = start;
+      c.bit_offset = py::cast<int64_t>(t[2]);
+      c.rows = py::cast<int64_t>(t[3]);
+      require(c.bit_offset >= 0 && c.rows >= 0, "bit_offset and rows must be >= 0");
+      py::array values = py::array::ensure(t[0]);
+      require(values && values.ndim() == 1 && (values.flags() & py::array::c_style),
+              "values must be a contiguous 1-d array");
+      const char k = values.dtype().kind();
+      const int w = static_cast<int>(values.itemsize());
+      if (k == 'b') throw py::type_error("bool values are passed as their uint8 bitmap (NumColumn.booleans)");
+      c.values = static_cast<const uint8_t*>(values.data());
+      if (k == 'f') {
+        if (w != 4 && w != 8) throw py::type_error("float values must be float32 or float64");
+        require(values.shape(0) >= c.rows, "values are shorter than their chunk");
+      } else if (k == 'i' || k == 'u') {
+        if (w != 1 && w != 2 && w != 4 && w != 8) throw py::type_error("integer values of an unknown width");
+        require(values.shape(0) >= c.rows, "values are shorter than their chunk");
+      } else {
+        throw py::type_error("values must be integers or float32 / float64");
+      }
+      c.kind = k;
+      c.width = w;
+      if (!t[1].is_none()) {
+        auto valid = py::cast<U8Array>(t[1]);
+        require(valid.ndim() == 1 && valid.shape(0) * 8 >= c.bit_offset + c.rows,
+                "validity bitmap is shorter than its chunk");
+        c.validity = valid.data();
+        owners_.push_back(valid);
+      }
+      owners_.push_back(values);
+      chunks_.push_back(c);
+      starts_.push_back(start);
+      start += c.rows;
+    }
+    size_ = start;
+  }
+
+  // A column of booleans: chunks (bitmap uint8, validity or None, bit_offset, rows).
+  static NumColumn booleans(const py::sequence& chunks) {
+    NumColumn col(py::list{});
+    int64_t start = 0;
+    for (const py::handle item : chunks) {
+      auto t = py::reinterpret_borrow<py::tuple>(item);
+      require(t.size() == 4, "each chunk is (bitmap, validity, bit_offset, rows)");
+      NumChunk c;
+      c.start = start;
+      c.kind = 'b';
+      c.width = 0;
+      c.bit_offset = py::cast<int64_t>(t[2]);
+      c.rows = py::cast<int64_t>(t[3]);
+      require(c.bit_offset >= 0 && c.rows >= 0, "bit_offset and rows must be >= 0");
+      auto bits = py::cast<U8Array>(t[0]);
+      require(bits.ndim() == 1 && bits.shape(0) * 8 >= c.bit_offset + c.rows, "bitmap is shorter than its chunk");
+      c.values = bits.data();
+      col.owners_.push_back(bits);
+      if (!t[1].is_none()) {
+        auto valid = py::cast<U8Array>(t[1]);
+        require(valid.ndim() == 1 && valid.shape(0) * 8 >= c.bit_offset + c.rows,
+                "validity bitmap is shorter than its chunk");
+        c.validity = valid.data();
+        col.owners_.push_back(valid);
+      }
+      col.chunks_.push_back(c);
+      col.starts_.push_back(start);
+      start += c.rows;
+    }
+    col.size_ = start;
+    return col;
+  }
+
+  int64_t size() const { return size_; }
+
+  py::list take(const I64Array& rows) const {
+    require(rows.ndim() == 1, "rows must be a 1-d int64 array");
+    return take_rows(rows.data(), rows.shape(0));
+  }
+
+  py::list take_rows(const int64_t* r, py::ssize_t n) const {
+    py::list out(n);
+    for (py::ssize_t i = 0; i < n; ++i) {
+      const int64_t row = r[i];
+      if (row < 0 || row >= size_) throw py::index_error("row " + std::to_string(row) + " is out of range");
+      const NumChunk& c = chunk_of(row);
+      const int64_t j = row - c.start;
+      PyObject* v;
+      if (c.validity && !((c.validity[(c.bit_offset + j) >> 3] >> ((c.bit_offset + j) & 7)) & 1)) {
+        v = Py_NewRef(Py_None);
+      } else {
+        v = value(c, j);
+        if (!v) throw py::error_already_set();
+      }
+      PyList_SET_ITEM(out.ptr(), i, v);  // steals the reference
+    }
+    return out;
+  }
+
+ private:
+  static PyObject* value(const NumChunk& c, int64_t j) {
+    const uint8_t* p = c.values;
+    switch (c.kind) {
+      case 'b': {
+        const int64_t b = c.bit_offset + j;
+        return PyBool_FromLong((p[b >> 3] >> (b & 7)) & 1);
+      }
+      case 'f':
+        if (c.width == 4) return PyFloat_FromDouble(reinterpret_cast<const float*>(p)[j]);
+        return PyFloat_FromDouble(reinterpret_cast<const double*>(p)[j]);
+      case 'u':
+        switch (c.width) {
+          case 1: return PyLong_FromUnsignedLong(p[j]);
+          case 2: return PyLong_FromUnsignedLong(reinterpret_cast<const uint16_t*>(p)[j]);
+          case 4: return PyLong_FromUnsignedLong(reinterpret_cast<const uint32_t*>(p)[j]);
+          default: return PyLong_FromUnsignedLongLong(reinterpret_cast<const uint64_t*>(p)[j]);
+        }
+      default:
+        switch (c.width) {
+          case 1: return PyLong_FromLong(reinterpret_cast<const int8_t*>(p)[j]);
+          case 2: return PyLong_FromLong(reinterpret_cast<const int16_t*>(p)[j]);
+          case 4: return PyLong_FromLong(reinterpret_cast<const int32_t*>(p)[j]);
+          default: return PyLong_FromLongLong(reinterpret_cast<const int64_t*>(p)[j]);
+        }
+    }
+  }
+
+  const NumChunk& chunk_of(int64_t row) const {
+    if (chunks_.size() == 1) return chunks_[0];
+    auto it = std::upper_bound(starts_.begin(), starts_.end(), row);
+    return chunks_[static_cast<size_t>(it - starts_.begin()) - 1];
+  }
+
+  std::vector<NumChunk> chunks_;
+  std::vector<int64_t> starts_;
+  std::vector<py::object> owners_;
+  int64_t size_ = 0;
+};
+
+// The same rows of several columns (Utf8Column or NumColumn) in one call: {column: values} costs
+// one conversion of rows and one call instead of one per column.
+// rows: a 1-d int64 array, or a list of ints (what HNSWGraph.search_one returns).
+py::list take_columns(const py::sequence& columns, const py::object& rows) {
+  std::vector<int64_t> from_list;
+  const int64_t* r;
+  py::ssize_t n;
+  I64Array arr;
+  if (PyList_Check(rows.ptr())) {
+    n = PyList_GET_SIZE(rows.ptr());
+    from_list.resize(static_cast<size_t>(n));
+    for (py::ssize_t i = 0; i < n; ++i) {
+      PyObject* item = PyList_GET_ITEM(rows.ptr(), i);
+      if (!PyLong_Check(item)) throw py::type_error("rows must be ints");
+      const long long v = PyLong_AsLongLong(item);
+      if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+      from_list[static_cast<size_t>(i)] = v;
+    }
+    r = from_list.data();
+  } else {
+    arr = py::cast<I64Array>(rows);
+    require(arr.ndim() == 1, "rows must be a 1-d int64 array");
+    r = arr.data();
+    n = arr.shape(0);
+  }
   py::list out(columns.size());
-  for (size_t i = 0; i < columns.size(); ++i) out[i] = py::cast<const Utf8Column&>(columns[i]).take(rows);
+  for (size_t i = 0; i < columns.size(); ++i) {
+    py::handle c = columns[i];
+    if (py::isinstance<Utf8Column>(c)) {
+      out[i] = py::cast<const Utf8Column&>(c).take_rows(r, n);
+    } else {
+      out[i] = py::cast<const NumColumn&>(c).take_rows(r, n);
+    }
+  }
   return out;
 }
 
@@ -121,6 +312,13 @@ void bind_text(py::module_& m) {
       .def(py::init<const py::sequence&>(), py::arg("chunks"))
       .def("__len__", &Utf8Column::size)
       .def("take", &Utf8Column::take, py::arg("rows"));
+  py::class_<NumColumn>(m, "NumColumn")
+      .def(py::init<const py::sequence&>(), py::arg("chunks"))
+      .def_static("booleans", &NumColumn::booleans, py::arg("chunks"))
+      .def("__len__", &NumColumn::size)
+      .def("take", &NumColumn::take, py::arg("rows"));
   m.def("take_utf8", &take_columns, py::arg("columns"), py::arg("rows"),
-        "One list of str/None per Utf8Column, for the same rows.");
+        "One list of values (str / int / float / bool / None) per Utf8Column or NumColumn, for the same rows.");
+  m.def("take_columns", &take_columns, py::arg("columns"), py::arg("rows"),
+        "One list of values (str / int / float / bool / None) per Utf8Column or NumColumn, for the same rows.");
 }

@@ -112,3 +112,82 @@ def test_build_dense_splits_a_padded_batch_per_query():
         [("r4", "t4", 1, None), ("r1", "t1", 2, None)], [],
         [("r0", "t0", 1, None), ("r5", "t5", 2, None), ("r2", "t2", 3, None)]]
     assert [h.score for h in got[2]] == pytest.approx([0.8, 0.7, 0.1])
+
+
+NUM_TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64(),
+             pa.float32(), pa.float64(), pa.bool_()]
+
+
+def _num_values(rng, typ, n, null_p=0.2):
+    if typ == pa.bool_():
+        vals = [bool(v) for v in rng.integers(0, 2, n)]
+    elif pa.types.is_floating(typ):
+        vals = [float(np.float32(v)) if typ == pa.float32() else float(v) for v in rng.standard_normal(n) * 1e3]
+        vals[:3] = [float("inf"), -0.0, 1e-30 if typ == pa.float64() else 0.5]
+    else:
+        info = np.iinfo(typ.to_pandas_dtype())
+        vals = [int(v) for v in rng.integers(info.min, info.max, n, dtype=typ.to_pandas_dtype(), endpoint=True)]
+        vals[:2] = [int(info.min), int(info.max)]
+    return [None if rng.random() < null_p else v for v in vals]
+
+
+@pytest.mark.parametrize("typ", NUM_TYPES, ids=str)
+def test_num_column_equals_pyarrow_across_chunks_slices_and_nulls(typ):
+    from vecsift.collection.columns import _num_column
+
+    rng = np.random.default_rng(2)
+    full = pa.array(_num_values(rng, typ, 3000), typ)
+    no_nulls = pa.array(_num_values(rng, typ, 50, null_p=0), typ)
+    # sliced (value offset and validity / bool bit offsets != 0, not multiples of 8), empty, no nulls, all null
+    chunks = [full.slice(3, 1000), full.slice(0, 0), no_nulls, full.slice(1501, 777), pa.nulls(20, typ),
+              no_nulls.slice(5, 13)]
+    col = pa.chunked_array(chunks, typ)
+    reader = _num_column(col)
+    assert len(reader) == len(col)
+    ref = col.to_pylist()
+    rows = rng.integers(0, len(col), 5000)
+    got = reader.take(rows)
+    assert got == [ref[r] for r in rows]
+    assert [type(v) for v in got] == [type(ref[r]) for r in rows]  # int / float / bool / None, as pyarrow
+    assert reader.take(np.arange(len(col))[::-1].copy()) == ref[::-1]
+    assert reader.take(np.empty(0, np.int64)) == []
+    for bad in (-1, len(col)):
+        with pytest.raises(IndexError, match="out of range"):
+            reader.take(np.array([0, bad]))
+
+
+def test_num_column_refuses_bad_buffers():
+    with pytest.raises(TypeError, match="float32 or float64"):
+        _core.NumColumn([(np.zeros(3, np.float16), None, 0, 3)])
+    with pytest.raises(TypeError, match="bitmap"):
+        _core.NumColumn([(np.zeros(3, np.bool_), None, 0, 3)])
+    with pytest.raises(TypeError, match="integers or float"):
+        _core.NumColumn([(np.zeros(3, "datetime64[s]").view("datetime64[s]"), None, 0, 3)])
+    with pytest.raises(ValueError, match="shorter"):
+        _core.NumColumn([(np.zeros(3, np.int64), None, 0, 4)])
+    with pytest.raises(ValueError, match="validity"):
+        _core.NumColumn([(np.zeros(30, np.int64), np.zeros(1, np.uint8), 3, 30)])
+    with pytest.raises(ValueError, match="bitmap is shorter"):
+        _core.NumColumn.booleans([(np.zeros(1, np.uint8), None, 2, 7)])
+
+
+def test_row_reader_reads_numeric_columns_natively_and_only_wanted_ones():
+    rng = np.random.default_rng(3)
+    n = 300
+    table = pa.table({
+        "id": pa.array([f"id{i}" for i in range(n)]),
+        "acl": pa.array([["g"]] * n, pa.list_(pa.string())),
+        "m.year": pa.array(_num_values(rng, pa.int64(), n), pa.int64()),
+        "m.price": pa.array(_num_values(rng, pa.float64(), n), pa.float64()),
+        "m.ok": pa.array(_num_values(rng, pa.bool_(), n), pa.bool_()),
+        "m.when": pa.array(list(range(n)), pa.timestamp("s")),
+    })
+    table = pa.concat_tables([table.slice(0, 101), table.slice(101)])
+    reader = RowReader(table, wanted=lambda c: c.startswith("m."))
+    assert reader.columns == ["id", "m.year", "m.price", "m.ok", "m.when"]  # acl is not read
+    assert reader.native_columns == ["id", "m.year", "m.price", "m.ok"]  # timestamps go through pyarrow
+    rows = rng.integers(0, n, 50)
+    got = reader.read(rows)
+    for c in reader.columns:
+        ref = table.column(c).to_pylist()
+        assert got[c] == [ref[r] for r in rows], c

@@ -183,3 +183,106 @@ def test_single_query_hits_with_padding_and_distances(tmp_path, metric):
     out = b.build_dense(np.array([[3, -1, 1]]), np.array([[0.5, -np.inf, 0.25]], np.float32), metric=metric)
     assert [(h.id, h.dense_rank) for h in out[0]] == [("r3", 1), ("r1", 3)]
     c.close()
+
+
+@pytest.mark.parametrize("index,params", [("hnsw", {}), ("hnsw", {"codes": "int8"}), ("bq", {})])
+@pytest.mark.parametrize("metric", ["cosine", "ip", "l2"])
+def test_fast_path_equals_general_path(tmp_path, index, params, metric):
+    rng = np.random.default_rng(7)
+    n, dim = 2500, 16
+    x = rng.standard_normal((n, dim)).astype(np.float32)
+    c = vecsift.Collection.create(tmp_path / "c", dim, metric, index=index, **params)
+    c.add([f"id{i}" for i in range(n)], x, metadata=[{"year": 2000 + i % 7, "w": i / 4} for i in range(n)],
+          texts=[f"t{i}" for i in range(n)], char_range=[(i, i + 3) for i in range(n)])
+    c.commit()
+    for q in rng.standard_normal((10, dim)).astype(np.float32):
+        fast = c.search(vector=q, k=8, ef=40)
+        assert c._one[3] is not None  # this call took the fast path
+        slow = c.search(vector=q.tolist(), k=8, ef=40)  # a list goes through the general conversion
+        assert fast == slow
+        assert [h.dense_rank for h in fast] == list(range(1, 9))
+        from vecsift.collection.pgvocab import pg_distance
+        assert [h.distance for h in fast] == pg_distance(np.array([h.score for h in fast]), metric).tolist()
+        ref = {h.id: h for h in fast}
+        for h in fast:
+            i = int(h.id[2:])
+            assert h.metadata == {"year": 2000 + i % 7, "w": i / 4} and h.text == f"t{i}"
+            assert h.char_range == (i, i + 3)
+        assert c.search(vector=q, k=8, ef_search=40) == fast  # pgvector's name
+        assert len(ref) == 8
+    c.close()
+
+
+def test_fast_path_keeps_the_security_rules_and_errors(tmp_path):
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((300, 8)).astype(np.float32)
+    c = vecsift.Collection.create(tmp_path / "t", 8, "cosine", index="hnsw")
+    c.add([f"a{i}" for i in range(300)], x)
+    c.commit()
+    q = x[0].copy()
+    assert c.search(vector=q, k=3)[0].id == "a0"
+    bad = q.copy()
+    bad[1] = np.nan
+    with pytest.raises(ValueError, match="vector contain NaN"):
+        c.search(vector=bad, k=3)
+    with pytest.raises(ValueError, match="dimension"):
+        c.search(vector=np.zeros(5, np.float32), k=3)
+    with pytest.raises(TypeError):
+        c.search(vector=q, k="3")
+    with pytest.raises(ValueError):
+        c.search(vector=q, k=0)
+    c.set_limits(max_k=5)
+    with pytest.raises(ValueError, match="k"):  # LimitError
+        c.search(vector=q, k=6)
+    c.set_limits(max_k=10_000, max_ef=50)
+    with pytest.raises(ValueError, match="ef"):
+        c.search(vector=q, k=3, ef=51)
+    c.set_limits(max_ef=100_000)
+    # rows with a tenant staged by add() make untenanted searches refused at once, before the commit
+    c.add(["b0"], x[:1], tenant="t1")
+    with pytest.raises(ValueError, match="tenant"):
+        c.search(vector=q, k=3)
+    c.commit()
+    with pytest.raises(ValueError, match="tenant"):
+        c.search(vector=q, k=3)
+    assert all(h.tenant == "t1" for h in c.search(vector=q, k=3, tenant="t1"))
+    c.close()
+    with pytest.raises(vecsift.VecsiftError, match="closed"):
+        c.search(vector=q, k=3)
+
+
+def test_fast_path_sees_deletes_commits_and_audit(tmp_path):
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((400, 8)).astype(np.float32)
+    c = vecsift.Collection.create(tmp_path / "d", 8, "cosine", index="hnsw")
+    c.add([f"a{i}" for i in range(400)], x)
+    c.commit()
+    q = x[5].copy()
+    assert c.search(vector=q, k=1)[0].id == "a5"
+    c.delete(ids=["a5"])  # visible at once, committed or not
+    assert "a5" not in [h.id for h in c.search(vector=q, k=10)]
+    c.add(["new"], q[None] * 2)
+    assert "new" not in [h.id for h in c.search(vector=q, k=10)]  # not before the commit
+    c.commit()
+    assert c.search(vector=q, k=1)[0].id == "new"
+    c.set_audit(True)
+    c.search(vector=q, k=1)
+    assert c._one[3] is None  # audited searches take the general path (which records them)
+    c.set_audit(False)
+    c.close()
+
+
+def test_fast_path_falls_back_when_the_graph_holds_rows_past_the_snapshot(tmp_path):
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((200, 8)).astype(np.float32)
+    c = vecsift.Collection.create(tmp_path / "g", 8, "ip", index="hnsw")
+    c.add([f"a{i}" for i in range(200)], x)
+    c.commit()
+    snap_n = c.snapshot().n
+    q = (x[3] * 100).astype(np.float32)
+    # what a commit in progress does: rows added to the graph before the snapshot counts them
+    c._dense.index.add(q[None], ids=np.array([snap_n], np.uint64))
+    hits = c.search(vector=q, k=3)
+    assert [h.id for h in hits][0] == "a3" and all(int(h.id[1:]) < snap_n for h in hits)
+    c._dense.index.mark_deleted([snap_n])
+    c.close()

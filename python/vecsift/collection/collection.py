@@ -223,6 +223,7 @@ class Collection:
         self._closed = False
         self._embedder = None
         self._limits = None  # set_limits on a readonly collection: this process only
+        self._one = None  # search()'s single-query fast path for the current snapshot (_one_query)
         self._wlock = threading.RLock()
         self._rw = RWLock()
         self._swap(m, vec, dense, sparse, filters, tables)
@@ -659,7 +660,18 @@ class Collection:
         (a TimeoutError) once they have passed, checked between stages. Arguments beyond the
         collection's limits (k, candidates, text length, where= size...) raise LimitError (docs/limits.md).
         """
-        ef = resolve_ef(ef, ef_search)
+        if ef_search is not None:
+            ef = resolve_ef(ef, ef_search)
+        if text is None and tenant is None and groups is None and where is None and stats is None \
+                and deadline is None and oversample is None and (mode is None or mode == "dense"):
+            # One vector, no filter: the per-snapshot fast path (search.one_query), None when it does not apply.
+            one = self._one
+            if one is None or one[0] is not self._snap or one[1] is not self._manifest or one[2] is not self._limits:
+                one = self._one = self._one_query()
+            if one[3] is not None:
+                hits = one[3](vector, k, ef, threads)
+                if hits is not None:
+                    return hits
         if isinstance(text, str):  # before an embedder spends time on it
             self.limits.check("text length", len(text), "max_text_chars")
         vector = embedders.query_vector(self._embedder, vector, text, mode)
@@ -672,6 +684,15 @@ class Collection:
             raise TypeError(f"text must be a string, got {type(text).__name__}")
         return self._search(q, None if text is None else [text], k, tenant, groups, where, mode, candidates, rrf_k,
                             weights, ef, oversample, threads, stats, deadline)[0]
+
+    def _one_query(self):
+        """(snapshot, manifest, limits override, run or None): the fast path of search() for them. None
+        while the collection is closed or audits its searches (the general path records them)."""
+        snap, m, lim = self._snap, self._manifest, self._limits
+        run = None
+        if not self._closed and not m.audit:
+            run = cascade.one_query(snap, self.limits)
+        return snap, m, lim, run
 
     def search_batch(self, vectors=None, texts=None, k: int = 10, tenant=None, groups=None, where=None, *,
                      mode=None, candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,

@@ -12,9 +12,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from vecsift._core import take_columns
 from vecsift.collection.columns import RowReader
 from vecsift.collection.ingest import META, PROVENANCE
 from vecsift.collection.pgvocab import pg_distance
+
+_HIT_COLUMNS = frozenset(("id", "doc_id", "text", "display_text", "tenant", *PROVENANCE))
 
 
 @dataclass(slots=True)  # many are made per search: slots make that cheaper
@@ -78,15 +81,34 @@ def _dicts(n: int, cols: list) -> list:
     return [{name: x for name, x in zip(names, vals) if x is not None} for vals in zip(*[v for _, v in cols])]
 
 
+def _dict_maker(names: list):
+    """A function (list of value lists, one per name) -> one dict a row, None values left out: for
+    one or two columns (the usual metadata) the dicts are built without a per-row zip."""
+    if len(names) == 1:
+        (a,) = names
+        return lambda cols: [{} if x is None else {a: x} for x in cols[0]]
+    if len(names) == 2:
+        a, b = names
+
+        def two(cols):
+            return [({a: x, b: y} if y is not None else {a: x}) if x is not None else ({} if y is None else {b: y})
+                    for x, y in zip(cols[0], cols[1])]
+        return two
+    return lambda cols: [{name: x for name, x in zip(names, vals) if x is not None} for vals in zip(*cols)]
+
+
 class HitBuilder:
     """Makes Hits from rows of one (immutable) chunk table."""
 
     def __init__(self, table):
-        self.reader = RowReader(table)
+        # Only the columns a Hit shows are read (not acl, say): id, texts, doc id, tenant, provenance,
+        # metadata.
+        self.reader = RowReader(table, wanted=lambda c: c in _HIT_COLUMNS or c.startswith(META))
         cols = set(self.reader.columns)
         self._meta = [(c, c[len(META):]) for c in self.reader.columns if c.startswith(META)]
         self._prov = [p for p in PROVENANCE if p in cols]
         self._display = "display_text" in cols
+        self._one = None  # the single-query plan (_one_plan), made on first use
 
     @property
     def table(self):
@@ -112,6 +134,69 @@ class HitBuilder:
                         none if dense_ranks is None else dense_ranks, none if sparse_ranks is None else sparse_ranks,
                         none if distances is None else distances))
 
+    def _one_plan(self):
+        """Where each Hit field is in the result of one take_columns call (when every column the Hits
+        show is read natively; None otherwise, and build() serves)."""
+        rd = self.reader
+        if rd._others:
+            return False
+        pos = {c: i for i, c in enumerate(rd.native_columns)}
+        at = lambda c: pos.get(c)  # noqa: E731
+        meta = [pos[c] for c, _ in self._meta]
+        prov = [pos[p] for p in self._prov]
+        return (rd.readers, pos["id"], at("doc_id"), at("text"), at("display_text"), at("tenant"),
+                meta, _dict_maker([name for _, name in self._meta]) if meta else None,
+                prov, _dict_maker(self._prov) if prov else None)
+
+    def dense_one(self, rows: np.ndarray, scores: np.ndarray, metric: str | None, bound: int | None = None):
+        """The Hits of one query's dense result: rows (k,) int64 padded with -1, scores (k,) float32;
+        dense_rank is the position, distance pgvector's (_distances). The same Hits as build_dense."""
+        return self.from_lists(rows.tolist(), scores.tolist(), metric, bound)
+
+    def from_lists(self, rl: list, slist: list, metric: str | None, bound: int | None = None):
+        """dense_one of the lists (int rows padded with -1, float scores); bound: None, or return
+        None instead of Hits when a row is >= bound (search.one_query: a walk that ran beside a commit)."""
+        plan = self._one
+        if plan is None:
+            plan = self._one = self._one_plan()
+        k = len(rl)
+        if k == 0:
+            return []
+        if bound is not None and max(rl) >= bound:
+            return None
+        if min(rl) < 0:  # padding
+            keep = [i for i, r in enumerate(rl) if r >= 0]
+            rl = [rl[i] for i in keep]
+            slist = [slist[i] for i in keep]
+            ranks = [i + 1 for i in keep]
+        else:
+            ranks = range(1, k + 1)
+        if metric == "cosine":
+            dist = [1.0 - v for v in slist]
+        else:
+            dist = _distances(slist, metric)
+        if plan is False:
+            return self.build(np.array(rl, np.int64), slist, dense_ranks=list(ranks), distances=dist)
+        readers, i_id, i_doc, i_text, i_disp, i_ten, meta, metas_of, prov, provs_of = plan
+        cols = take_columns(readers, rl)
+        n = len(slist)
+        if dist is None:
+            dist = [None] * n
+        if i_doc is None and i_text is None and i_disp is None and i_ten is None and not prov:
+            # ids and metadata only (what a pgvector import holds): one comprehension, no per-field lists
+            if meta:
+                return [Hit(i, s, None, None, m, {}, None, r, None, d)
+                        for i, s, m, r, d in zip(cols[i_id], slist, metas_of([cols[j] for j in meta]), ranks, dist)]
+            return [Hit(i, s, None, None, {}, {}, None, r, None, d) for i, s, r, d in zip(cols[i_id], slist, ranks, dist)]
+        none = [None] * n
+        texts = none if i_text is None else cols[i_text]
+        if i_disp is not None:
+            texts = [t if d is None else d for d, t in zip(cols[i_disp], texts)]
+        metas = metas_of([cols[i] for i in meta]) if meta else [{} for _ in range(n)]
+        provs = provs_of([cols[i] for i in prov]) if prov else [{} for _ in range(n)]
+        return list(map(Hit, cols[i_id], slist, none if i_doc is None else cols[i_doc], texts, metas, provs,
+                        none if i_ten is None else cols[i_ten], ranks, none, dist))
+
     def build_dense(self, rows: np.ndarray, scores: np.ndarray, metric: str | None = None) -> list:
         """Hits per query of (q, k) dense results (rows -1 are padding): the rank is
         the position. One read for the whole batch, then split per query."""
@@ -123,16 +208,7 @@ class HitBuilder:
         # Plain Python on the k values of one query: right after a graph walk the caches are cold and
         # each numpy ufunc call costs ~10-20 us there (a few us warm); tolist() and list work are cheap.
         if nq == 1:
-            rl = rows[0].tolist()
-            slist = scores[0].tolist()
-            if min(rl) >= 0:
-                flat_rows, ranks = rows[0], list(range(1, k + 1))
-            else:
-                keep = [i for i, r in enumerate(rl) if r >= 0]
-                flat_rows = np.array([rl[i] for i in keep], np.int64)
-                slist = [slist[i] for i in keep]
-                ranks = [i + 1 for i in keep]
-            return [self.build(flat_rows, slist, dense_ranks=ranks, distances=_distances(slist, metric))]
+            return [self.dense_one(rows[0], scores[0], metric)]
         if rows.min() >= 0:  # no padding (the usual case): ranks are the positions
             flat_rows, s = rows.ravel(), scores.ravel()
             ranks = list(range(1, k + 1)) * nq

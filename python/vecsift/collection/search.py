@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vecsift import _core
 from vecsift._arrays import check_k, check_threads, unit_rows
 from vecsift.collection.filters import rows_of
 from vecsift.collection.stages.dense import exact_rows
@@ -203,6 +204,93 @@ def dense_rows(snap, q, k, allow, ef, oversample, threads, stats: SearchStats | 
         clip = not (allow is snap.live and snap.full and dense.size == snap.n and not dense.growing)
         return dense.search(snap.vectors, q, k, allow if clip else None, n_allowed, ef=ef,
                             oversample=oversample, threads=threads, stats=stats)
+
+
+_F32 = np.dtype(np.float32)
+
+
+def one_query(snap, limits):
+    """The fast path of Collection.search for the commonest call: one float32 vector, no tenant,
+    groups or where, default options. Returns run(vector, k, ef, threads) -> Hits, which returns None
+    whenever the call is not that case (the caller then runs the general path, which also raises
+    every error: bad input, NaN, limits); or None when this snapshot has no fast path.
+
+    It does what the general path does for such a call, with what is per snapshot worked out once
+    here: the allow set is every live row (so it applies only while nothing is deleted and the index
+    holds exactly the snapshot's rows), the planner's choice per k, the defaults, the limits. The
+    caller makes a new one when the snapshot, manifest (audit, limits, defaults) or limits change.
+    Security: a collection with tenants or ACLs is checked on every call (rows staged by add() can
+    turn them on before the next snapshot) and always takes the general path, which refuses a call
+    that does not say who is asking."""
+    dense = snap.dense
+    kind = getattr(dense, "kind", None)
+    if snap.n == 0 or not snap.full or kind not in ("hnsw", "bq"):
+        return None
+    filters, lock, hits, metric, n = snap.filters, snap.lock, snap.hits, snap.metric, snap.n
+    shape = (snap.dim,)
+    kmax = min(limits.max_k, limits.max_candidates, limits.max_cells)
+    efmax = limits.max_ef
+    defaults = snap.defaults or {}
+    planned = {}  # k -> True when the planner sends a search with this k to the index
+
+    def index_path(k, over=1):
+        ok = planned.get(k)
+        if ok is None:
+            ok = planned[k] = not scan_exactly(n, k * over)
+        return ok
+
+    if kind == "hnsw":
+        g = dense.index._g
+        ef0 = defaults.get("ef") or 0
+
+        def run(q, k, ef, threads):
+            if type(q) is not np.ndarray or q.dtype is not _F32 or q.shape != shape or not q.flags.c_contiguous \
+                    or type(k) is not int or not 0 < k <= kmax or type(threads) is not int or threads < 0 \
+                    or filters.has_tenants or filters.has_acl or dense._unchecked is not None:
+                return None
+            if ef is None:
+                ef = ef0
+            elif type(ef) is not int or not 0 < ef <= efmax:
+                return None
+            if not index_path(k):
+                return None
+            # No lock and no allow set: HNSWGraph runs searches during add (its own locks), and the
+            # collection's lock only makes a search that is not clipped finish before a commit adds
+            # rows. A walk that ran beside one may return rows past the snapshot: then, and only
+            # then, the general path runs it clipped. The rows a walk returns are live (nothing is
+            # deleted in this snapshot), so no other row can come back.
+            try:  # the core checks the finiteness (and normalises cosine queries)
+                rows, scores = g.search_one(q, k, ef, threads or 1)
+            except ValueError:
+                return None  # the general path raises it with its own message
+            return hits.from_lists(rows, scores, metric, n)
+        return run
+
+    vectors = snap.vectors
+    over0 = defaults.get("oversample")
+    over = int(getattr(dense, "oversample", 1) if over0 is None else over0)
+    cosine = metric == "cosine"
+
+    def run(q, k, ef, threads):
+        if type(q) is not np.ndarray or q.dtype is not _F32 or q.shape != shape or not q.flags.c_contiguous \
+                or type(k) is not int or not 0 < k <= kmax or type(threads) is not int or threads < 0 \
+                or filters.has_tenants or filters.has_acl:
+            return None
+        if ef is not None and (type(ef) is not int or not 0 < ef <= efmax):
+            return None
+        if not index_path(k, over) or not _core.all_finite(q):
+            return None
+        q2 = q.reshape(1, -1)
+        if cosine:  # rows are stored unit length
+            q2 = unit_rows(q2)
+        if threads == 0 and n < SINGLE_QUERY_POOL_ROWS:
+            threads = 1
+        with lock.read():
+            if dense.growing or dense.size != n:
+                return None
+            rows, scores = dense.search(vectors, q2, k, None, n, oversample=over0, threads=threads)
+        return hits.dense_one(rows[0], scores[0], metric)
+    return run
 
 
 def exact_all(snap, q, k, allow=None):
