@@ -165,17 +165,17 @@ struct QuantQuery {
 inline void build_query_luts(const uint8_t* qu, size_t D, int Bq, std::vector<uint8_t>& luts) {
   const int passes = (Bq + 3) / 4;
   const size_t J = D / 8;
-  luts.assign(static_cast<size_t>(passes) * J * 32, 0);
+  luts.resize(static_cast<size_t>(passes) * J * 32);
+  // By doubling: the table of the first w patterns plus digit b gives the next w.
   for (int g = 0; g < passes; ++g)
     for (size_t j = 0; j < J; ++j)
       for (int half = 0; half < 2; ++half) {
         uint8_t* t = luts.data() + ((g * J + j) * 2 + half) * 16;
         const uint8_t* src = qu + 8 * j + 4 * half;
-        for (int n = 0; n < 16; ++n) {
-          int v = 0;
-          for (int b = 0; b < 4; ++b)
-            if ((n >> b) & 1) v += (src[b] >> (4 * g)) & 15;
-          t[n] = static_cast<uint8_t>(v);
+        t[0] = 0;
+        for (int b = 0, w = 1; b < 4; ++b, w <<= 1) {
+          const uint8_t d = static_cast<uint8_t>((src[b] >> (4 * g)) & 15);
+          for (int n = 0; n < w; ++n) t[w + n] = static_cast<uint8_t>(t[n] + d);
         }
       }
 }
