@@ -195,10 +195,12 @@ inline void quantize_query(const float* qr, size_t D, int Bq, QuantQuery& q) {
   q.lo = lo;
   q.dq = dq;
   q.norm2 = static_cast<float>(nn);
-  q.qu.assign(D, 0);
-  double sq = 0;
+  q.qu.resize(D);
+  int64_t sq = 0;  // an integer sum: exact in any order
   for (size_t i = 0; i < D; ++i) {
-    int v = dq > 0 ? static_cast<int>(std::floor((qr[i] - lo) / dq + 0.5f)) : 0;
+    // qr[i] - lo >= 0, so t >= 0.5 (or NaN): truncation is floor, without a libm call.
+    const float t = (qr[i] - lo) / dq + 0.5f;
+    int v = dq > 0 ? static_cast<int>(t) : 0;
     v = v < 0 ? 0 : (v > top ? top : v);
     q.qu[i] = static_cast<uint8_t>(v);
     sq += v;
