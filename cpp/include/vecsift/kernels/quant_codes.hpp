@@ -19,6 +19,8 @@
 // term), g = |r| / cos and h = (1 - cos^2) / (D - 1) for the bound.
 #pragma once
 
+#include <emmintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -166,17 +168,21 @@ inline void build_query_luts(const uint8_t* qu, size_t D, int Bq, std::vector<ui
   const int passes = (Bq + 3) / 4;
   const size_t J = D / 8;
   luts.resize(static_cast<size_t>(passes) * J * 32);
-  // By doubling: the table of the first w patterns plus digit b gives the next w.
+  // Entry n of a table = sum over b of digit b times bit b of n: four masked
+  // broadcasts added (SSE2, every level; the sums are at most 60).
+  const __m128i m0 = _mm_setr_epi8(0, -1, 0, -1, 0, -1, 0, -1, 0, -1, 0, -1, 0, -1, 0, -1);
+  const __m128i m1 = _mm_setr_epi8(0, 0, -1, -1, 0, 0, -1, -1, 0, 0, -1, -1, 0, 0, -1, -1);
+  const __m128i m2 = _mm_setr_epi8(0, 0, 0, 0, -1, -1, -1, -1, 0, 0, 0, 0, -1, -1, -1, -1);
+  const __m128i m3 = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1, -1, -1, -1, -1);
   for (int g = 0; g < passes; ++g)
     for (size_t j = 0; j < J; ++j)
       for (int half = 0; half < 2; ++half) {
         uint8_t* t = luts.data() + ((g * J + j) * 2 + half) * 16;
         const uint8_t* src = qu + 8 * j + 4 * half;
-        t[0] = 0;
-        for (int b = 0, w = 1; b < 4; ++b, w <<= 1) {
-          const uint8_t d = static_cast<uint8_t>((src[b] >> (4 * g)) & 15);
-          for (int n = 0; n < w; ++n) t[w + n] = static_cast<uint8_t>(t[n] + d);
-        }
+        auto dig = [&](int b) { return _mm_set1_epi8(static_cast<char>((src[b] >> (4 * g)) & 15)); };
+        const __m128i v = _mm_add_epi8(_mm_add_epi8(_mm_and_si128(dig(0), m0), _mm_and_si128(dig(1), m1)),
+                                       _mm_add_epi8(_mm_and_si128(dig(2), m2), _mm_and_si128(dig(3), m3)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(t), v);
       }
 }
 
