@@ -7,6 +7,9 @@ Data: /work/shared/data/pypi-minilm (rows 0..rows-1 the base, rows 100,000..100,
 queries; see its README) and GloVe 50-d (vecsift.tools.datasets.glove_50: 1,000 queries drawn with
 seed 0 and removed from the base). Ground truth: vecsift.exact_search (cosine).
 
+vecsift runs with its default rotation (random-sign Hadamard rounds, "fht"); rows marked "dense" use the
+Haar matrix of earlier releases (rotation="dense"), for the recall and time that rotation costs.
+
 First-stage time is the scan that returns k * oversample candidates (no rescoring), single thread:
 threads=1 for vecsift, faiss.omp_set_num_threads(1). Two forms: all queries in one call (batch)
 and one query per call. Libraries run interleaved (A, B, A, B ...) and the medians are reported with
@@ -53,9 +56,11 @@ def timed(fn, reps):
 
 
 class Vecsift:
-    def __init__(self, base, bits, qb, code_dim=None):
-        self.name = f"vecsift b{bits} q{qb}" + (f" cd{code_dim}" if code_dim else "")
-        self.ix = vecsift.QuantizedIndex(base.shape[1], bits=bits, query_bits=qb, code_dim=code_dim)
+    def __init__(self, base, bits, qb, code_dim=None, rotation="fht"):
+        self.name = f"vecsift b{bits} q{qb}" + (f" cd{code_dim}" if code_dim else "") + (
+            " dense" if rotation == "dense" else "")
+        self.ix = vecsift.QuantizedIndex(base.shape[1], bits=bits, query_bits=qb, code_dim=code_dim,
+                                         rotation=rotation)
         t = time.perf_counter()
         self.ix.add(base)
         self.build = time.perf_counter() - t
@@ -162,11 +167,12 @@ def minilm(args):
     print(f"\n== PyPI MiniLM 384-d: {len(base)} rows, {len(queries)} held-out queries")
     ham = Hamming(base)
     rows = [
-        ("1 bit, oversample 4", 4, [Vecsift(base, 1, 4), Faiss(base, 1, 4), ham]),
+        ("1 bit, oversample 4", 4, [Vecsift(base, 1, 4), Faiss(base, 1, 4), ham, Vecsift(base, 1, 4, rotation="dense")]),
         ("1 bit, oversample 4, code_dim 384", 4, [Vecsift(base, 1, 4, 384), ham]),
-        ("2 bits, oversample 2", 2, [Vecsift(base, 2, 4), Faiss(base, 2, 4)]),
+        ("2 bits, oversample 2", 2, [Vecsift(base, 2, 4), Faiss(base, 2, 4), Vecsift(base, 2, 4, rotation="dense")]),
         ("2 bits, oversample 2, code_dim 384", 2, [Vecsift(base, 2, 4, 384)]),
-        ("4 bits, no rescoring", 1, [Vecsift(base, 4, 8), Faiss(base, 4, 8), Faiss(base, 4, 4)]),
+        ("4 bits, no rescoring", 1, [Vecsift(base, 4, 8), Faiss(base, 4, 8), Faiss(base, 4, 4),
+                                     Vecsift(base, 4, 8, rotation="dense")]),
         ("4 bits, no rescoring, query 4 bits", 1, [Vecsift(base, 4, 4), Faiss(base, 4, 4)]),
         ("sign bits, oversample 8", 8, [ham]),
     ]

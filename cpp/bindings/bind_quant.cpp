@@ -40,15 +40,22 @@ void check_vectors(const F32Array& x, size_t dim, const char* name) {
                                                       std::to_string(dim));
 }
 
+QuantRotationKind rotation_kind_arg(const std::string& r) {
+  if (r == "dense") return QuantRotationKind::Dense;
+  if (r == "fht") return QuantRotationKind::FHT;
+  throw py::value_error("rotation must be 'fht' or 'dense', got '" + r + "'");
+}
+
 std::unique_ptr<QuantizedIndex> make_index(size_t dim, int bits, const std::string& metric, uint64_t seed,
-                                           size_t code_dim, bool make_rotation) {
+                                           size_t code_dim, bool make_rotation, const std::string& rotation) {
   require(dim >= 1 && dim <= kQuantMaxDim, "dim must be in [1, 4096], got " + std::to_string(dim));
   require(code_dim == 0 || (code_dim % 64 == 0 && code_dim >= dim && code_dim <= kQuantMaxDim),
           "code_dim must be a multiple of 64 in [dim, 4096], got " + std::to_string(code_dim));
   require(quant_bits_supported(bits), "bits must be 1, 2, 4 or 8, got " + std::to_string(bits));
   Metric m = quant_metric(metric);
+  QuantRotationKind kind = rotation_kind_arg(rotation);
   py::gil_scoped_release nogil;
-  return std::make_unique<QuantizedIndex>(dim, bits, m, seed, code_dim, make_rotation);
+  return std::make_unique<QuantizedIndex>(dim, bits, m, seed, code_dim, make_rotation, kind);
 }
 
 void add_py(QuantizedIndex& ix, const F32Array& x, long threads, int level) {
@@ -170,10 +177,11 @@ py::dict query_state_py(const QuantizedIndex& ix, const F32Array& q, int qbits, 
   return d;
 }
 
+// Dense: the (d, d) matrix; FHT: the (kFhtRounds, d) signs.
 F32Array rotation_py(const QuantizedIndex& ix) {
-  const size_t d = ix.dim_pad();
-  F32Array out({d, d});
-  std::memcpy(out.mutable_data(), ix.rotation().data(), d * d * sizeof(float));
+  const size_t d = ix.dim_pad(), rows = ix.rotation().size() / d;
+  F32Array out({rows, d});
+  std::memcpy(out.mutable_data(), ix.rotation().data(), rows * d * sizeof(float));
   return out;
 }
 
@@ -209,7 +217,7 @@ F32Array factors_py(const QuantizedIndex& ix) {
 void set_state_py(QuantizedIndex& ix, const F32Array& rotation, const F32Array& centroid, bool trained, size_t n,
                   const U8Array& blocks, const F32Array& factors) {
   const size_t d = ix.dim_pad();
-  require(static_cast<size_t>(rotation.size()) == d * d, "rotation has the wrong size");
+  require(static_cast<size_t>(rotation.size()) == ix.rotation().size(), "rotation has the wrong size");
   require(static_cast<size_t>(centroid.size()) == d, "centroid has the wrong size");
   const size_t nblocks = (n + kQuantBlockRows - 1) / kQuantBlockRows;
   require(static_cast<size_t>(blocks.size()) == nblocks * ix.code_bytes() * kQuantBlockRows, "codes have the wrong size");
@@ -273,16 +281,39 @@ F32Array rotate_py(const F32Array& cols, const F32Array& x, int level) {
   return out;
 }
 
+// The structured rotation alone, for tests: signs (kFhtRounds, d), x (m, d).
+F32Array fht_rotate_py(const F32Array& signs, const F32Array& x, int level) {
+  require_matrix(signs, "signs");
+  require_matrix(x, "x");
+  const size_t d = signs.shape(1);
+  require(static_cast<size_t>(signs.shape(0)) == static_cast<size_t>(kFhtRounds) && d % 64 == 0 && d > 0,
+          "signs must be (" + std::to_string(kFhtRounds) + ", d) with d a positive multiple of 64");
+  require(static_cast<size_t>(x.shape(1)) == d, "x must have as many columns as signs");
+  const size_t m = x.shape(0);
+  F32Array out({m, d});
+  const float *ps = signs.data(), *px = x.data();
+  float* po = out.mutable_data();
+  Level lv = level_arg(level);
+  py::gil_scoped_release nogil;
+  for (size_t i = 0; i < m; ++i) fht_rotate(ps, d, px + i * d, po + i * d, lv);
+  return out;
+}
+
 }  // namespace
 
 void bind_quant(py::module_& m) {
   m.def("quant_plane_sums", &plane_sums_py, py::arg("u"), py::arg("qu"), py::arg("bits"), py::arg("qbits"),
         py::arg("level") = -1);
   m.def("quant_rotate", &rotate_py, py::arg("cols"), py::arg("x"), py::arg("level") = -1);
+  m.def("quant_fht_rotate", &fht_rotate_py, py::arg("signs"), py::arg("x"), py::arg("level") = -1);
+  m.attr("QUANT_FHT_ROUNDS") = kFhtRounds;
 
   py::class_<QuantizedIndex>(m, "QuantizedIndex")
       .def(py::init(&make_index), py::arg("dim"), py::arg("bits"), py::arg("metric"), py::arg("seed"),
-           py::arg("code_dim") = 0, py::arg("make_rotation") = true)
+           py::arg("code_dim") = 0, py::arg("make_rotation") = true, py::arg("rotation") = "dense")
+      .def_property_readonly("rotation_kind", [](const QuantizedIndex& ix) {
+        return ix.rotation_kind() == QuantRotationKind::FHT ? "fht" : "dense";
+      })
       .def_property_readonly("dim", &QuantizedIndex::dim)
       .def_property_readonly("dim_pad", &QuantizedIndex::dim_pad)
       .def_property_readonly("bits", &QuantizedIndex::bits)

@@ -4,6 +4,7 @@ import pytest
 from pyroaring import BitMap
 
 import vecsift
+from vecsift import _core
 from tests import docstring_data
 
 
@@ -170,18 +171,53 @@ def test_empty_index_and_fewer_rows_than_k(rng):
 def test_save_load_roundtrip(tmp_path, rng):
     x = rng.standard_normal((333, 40)).astype(np.float32)
     q = rng.standard_normal((4, 40)).astype(np.float32)
-    for bits, metric in ((1, "cosine"), (4, "l2")):
-        ix = vecsift.QuantizedIndex(40, bits=bits, metric=metric, query_bits=6, seed=9)
+    for bits, metric, rotation in ((1, "cosine", "fht"), (4, "l2", "fht"), (2, "ip", "dense")):
+        ix = vecsift.QuantizedIndex(40, bits=bits, metric=metric, query_bits=6, seed=9, rotation=rotation)
         ix.add(x)
         p = tmp_path / f"q{bits}.vsq"
         ix.save(p)
         back = vecsift.QuantizedIndex.load(p)
-        assert (back.dim, back.bits, back.metric, back.query_bits, back.seed, len(back)) == (40, bits, metric, 6, 9, 333)
+        assert (back.dim, back.bits, back.metric, back.query_bits, back.seed, len(back), back.rotation) == (
+            40, bits, metric, 6, 9, 333, rotation)
         for a, b in zip(ix.search(q, 10, bounds=True), back.search(q, 10, bounds=True)):
             np.testing.assert_array_equal(a, b)
         back.add(x[:5])  # same centroid and rotation after load
         ix.add(x[:5])
         np.testing.assert_array_equal(ix.search(q, 10)[1], back.search(q, 10)[1])
+
+
+def _save_v1(ix, path):
+    """The version-1 layout (dense rotation, no rotation-kind field), as the previous release wrote it."""
+    import struct
+    from vecsift.index import quantised as qm
+    i = ix._index
+    parts = [qm._HEAD.pack(qm._MAGIC, qm._KIND, 1),
+             qm._META.pack(i.dim, i.dim_pad, i.bits, qm._METRICS.index(i.metric), i.seed, len(i), int(i.trained)),
+             struct.pack("<I", ix.query_bits), i.rotation().tobytes(), i.centroid().tobytes(), i.blocks().tobytes(),
+             i.factors().tobytes()]
+    crc = 0
+    for part in parts:
+        crc = _core.crc32c(part, crc)
+    path.write_bytes(b"".join(parts) + struct.pack("<I", crc & 0xFFFFFFFF))
+
+
+def test_version_1_files_load_and_search_identically(tmp_path, rng):
+    x = rng.standard_normal((300, 50)).astype(np.float32)
+    q = rng.standard_normal((5, 50)).astype(np.float32)
+    for bits, metric in ((1, "cosine"), (2, "l2"), (4, "ip")):
+        ix = vecsift.QuantizedIndex(50, bits=bits, metric=metric, seed=5, rotation="dense")
+        ix.add(x)
+        p = tmp_path / f"v1-{bits}.vsq"
+        _save_v1(ix, p)
+        back = vecsift.QuantizedIndex.load(p)
+        assert back.rotation == "dense"
+        np.testing.assert_array_equal(back._index.rotation(), ix._index.rotation())
+        for a, b in zip(ix.search(q, 12, bounds=True), back.search(q, 12, bounds=True)):
+            np.testing.assert_array_equal(a, b)
+        back.add(x[:7])  # later rows are coded with the same dense rotation
+        ix.add(x[:7])
+        np.testing.assert_array_equal(back._index.planes(), ix._index.planes())
+        np.testing.assert_array_equal(back._index.factors(), ix._index.factors())
 
 
 def test_corrupt_truncated_foreign_files_raise(tmp_path, rng):
@@ -197,6 +233,8 @@ def test_corrupt_truncated_foreign_files_raise(tmp_path, rng):
         "empty": b"",
         "foreign": b"PK\x03\x04" + b"\0" * 200,
         "version": data[:16] + (99).to_bytes(4, "little") + data[20:],
+        "rotation kind": data[:60] + (7).to_bytes(4, "little") + data[64:],
+        "v1 header on a v2 body": data[:16] + (1).to_bytes(4, "little") + data[20:],
         "extra": data + b"\0",
     }
     for name, blob in cases.items():

@@ -51,7 +51,7 @@ def test_plane_sums_largest_values_do_not_overflow(bits, qbits):
 
 @pytest.mark.parametrize("d", [64, 192])
 def test_rotation_equals_numpy_axpy_and_is_orthogonal(d, rng):
-    ix = vecsift.QuantizedIndex(d, bits=1, code_dim=d)
+    ix = vecsift.QuantizedIndex(d, bits=1, code_dim=d, rotation="dense")
     cols = ix._index.rotation()
     np.testing.assert_allclose(cols @ cols.T, np.eye(d), atol=1e-5)
     x = rng.standard_normal((5, d)).astype(np.float32)
@@ -62,12 +62,63 @@ def test_rotation_equals_numpy_axpy_and_is_orthogonal(d, rng):
         np.testing.assert_array_equal(_core.quant_rotate(cols, x, level), ref, err_msg=LEVEL_NAMES[level])
 
 
-def test_rotation_is_seeded():
-    a = vecsift.QuantizedIndex(64, seed=3)._index.rotation()
-    b = vecsift.QuantizedIndex(64, seed=3)._index.rotation()
-    c = vecsift.QuantizedIndex(64, seed=4)._index.rotation()
+@pytest.mark.parametrize("rotation", ["dense", "fht"])
+def test_rotation_is_seeded(rotation):
+    a = vecsift.QuantizedIndex(64, seed=3, rotation=rotation)._index.rotation()
+    b = vecsift.QuantizedIndex(64, seed=3, rotation=rotation)._index.rotation()
+    c = vecsift.QuantizedIndex(64, seed=4, rotation=rotation)._index.rotation()
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
+
+
+def fht_rotate_ref(signs, x):
+    """numpy float32 reference of the structured rotation (quant_rotation.hpp), the same operations in order."""
+    d = x.shape[1]
+    T = 1 << (d.bit_length() - 1)
+    scale, c, H = np.float32(1 / np.sqrt(T)), np.float32(np.sqrt(0.5)), d // 2
+    y = x.astype(np.float32).copy()
+    for r, s in enumerate(signs):
+        y = y * s
+        lo = 0 if r % 2 == 0 else d - T
+        w = y[:, lo:lo + T].copy()
+        h = 1
+        while h < T:
+            v = w.reshape(len(w), -1, 2, h)
+            a, b = v[:, :, 0, :].copy(), v[:, :, 1, :].copy()
+            v[:, :, 0, :], v[:, :, 1, :] = a + b, a - b
+            w = v.reshape(len(w), T)
+            h *= 2
+        y[:, lo:lo + T] = w * scale
+        if T == d:
+            continue
+        a, b = y[:, :H].copy(), y[:, H:2 * H].copy()
+        y[:, :H], y[:, H:2 * H] = (a + b) * c, (a - b) * c
+    return y
+
+
+@pytest.mark.parametrize("d", [64, 192, 448, 512])
+def test_fht_rotation_equals_numpy_and_is_orthogonal(d, rng):
+    ix = vecsift.QuantizedIndex(d, bits=1, code_dim=d, rotation="fht")
+    signs = ix._index.rotation()
+    assert signs.shape == (_core.QUANT_FHT_ROUNDS, d) and set(np.unique(signs)) == {-1.0, 1.0}
+    x = rng.standard_normal((5, d)).astype(np.float32)
+    ref = fht_rotate_ref(signs, x)
+    for level in HW_LEVELS:
+        np.testing.assert_array_equal(_core.quant_fht_rotate(signs, x, level), ref, err_msg=LEVEL_NAMES[level])
+    m = _core.quant_fht_rotate(signs, np.eye(d, dtype=np.float32))  # row i = image of e_i
+    np.testing.assert_allclose(m @ m.T, np.eye(d), atol=1e-5)
+    # it spreads: no coordinate of the image of a basis vector keeps a quarter of its energy
+    # (the recall it buys is measured by bench/bench_quantised.py against the dense matrix)
+    assert np.abs(m).max() < 0.5
+
+
+def test_fht_rotation_bad_arguments():
+    with pytest.raises(ValueError, match="signs"):
+        _core.quant_fht_rotate(np.ones((3, 64), np.float32), np.ones((1, 64), np.float32))
+    with pytest.raises(ValueError, match="columns"):
+        _core.quant_fht_rotate(np.ones((_core.QUANT_FHT_ROUNDS, 64), np.float32), np.ones((1, 128), np.float32))
+    with pytest.raises(ValueError, match="rotation"):
+        vecsift.QuantizedIndex(64, rotation="haar")
 
 
 @pytest.mark.parametrize("bits,qbits,metric", [(1, 4, "cosine"), (2, 5, "ip"), (4, 8, "l2"), (8, 6, "cosine")])
@@ -110,10 +161,22 @@ def test_codes_are_equal_across_levels(rng):
 
 def test_one_bit_codes_are_signs_of_the_rotated_centred_vector(rng):
     x = rng.standard_normal((50, 64)).astype(np.float32)
-    ix = vecsift.QuantizedIndex(64, bits=1, metric="ip", code_dim=64)
+    ix = vecsift.QuantizedIndex(64, bits=1, metric="ip", code_dim=64, rotation="dense")
     ix.add(x)
     c = ix._index.centroid()
     np.testing.assert_allclose(c, x.mean(axis=0), atol=1e-6)
     r = (x - c) @ ix._index.rotation()
     u = unpack_planes(ix._index.planes(), 1, 64)
     np.testing.assert_array_equal(u, (r > 0).astype(np.uint32))
+
+
+def test_one_bit_codes_are_signs_of_the_fht_rotated_centred_vector(rng):
+    x = rng.standard_normal((50, 100)).astype(np.float32)
+    for level in HW_LEVELS:
+        ix = vecsift.QuantizedIndex(100, bits=1, metric="ip", code_dim=192, rotation="fht")
+        ix._index.add(x, 1, level)
+        pad = np.zeros((50, 192), np.float32)
+        pad[:, :100] = x - ix._index.centroid()[:100]
+        r = fht_rotate_ref(ix._index.rotation(), pad)
+        u = unpack_planes(ix._index.planes(), 1, 192)
+        np.testing.assert_array_equal(u, (r > 0).astype(np.uint32), err_msg=LEVEL_NAMES[level])

@@ -1,7 +1,7 @@
 """RaBitQ-style quantised codes: a brute-force scan that estimates similarities.
 
 Each vector is centred on the data mean, rotated by a seeded random orthogonal
-matrix into ``code_dim`` dimensions and stored as ``bits`` bit planes plus five
+transform (random-sign Hadamard rounds by default, or a dense Haar matrix) into ``code_dim`` dimensions and stored as ``bits`` bit planes plus five
 float factors; a query is rotated once and quantised to ``query_bits``. The
 scan returns an unbiased estimate of the similarity (higher is better) and, on
 request, a per-pair error bound. The algebra is in
@@ -24,7 +24,9 @@ _METRICS = ("cosine", "ip", "l2")
 
 _MAGIC = b"VSIFTQNT"
 _KIND = b"rabitq\0\0"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2 adds the rotation kind after query_bits; version 1 files (dense rotation) still load
+_READ_VERSIONS = (1, 2)
+ROTATIONS = ("dense", "fht")  # index in the file = kind
 _HEAD = struct.Struct("<8s8sI")  # magic, kind, version
 _META = struct.Struct("<IIIIQQI")  # dim, code_dim, bits, metric, seed, n, trained
 _CRC = struct.Struct("<I")
@@ -73,7 +75,7 @@ class QuantizedIndex:
     """
 
     def __init__(self, dim: int, bits: int = 1, metric: str = "cosine", query_bits: int | None = None,
-                 seed: int = 0, code_dim: int | None = None, _make_rotation: bool = True):
+                 seed: int = 0, code_dim: int | None = None, rotation: str = "fht", _make_rotation: bool = True):
         dim = _int_arg(dim, "dim")
         if not 1 <= dim <= 4096:
             raise ValueError(f"dim must be in [1, 4096], got {dim}")
@@ -89,7 +91,9 @@ class QuantizedIndex:
         cd = default_code_dim(dim, bits) if code_dim is None else _int_arg(code_dim, "code_dim")
         if cd % 64 or not dim <= cd <= 4096:
             raise ValueError(f"code_dim must be a multiple of 64 in [dim, 4096], got {cd}")
-        self._index = _core.QuantizedIndex(dim, bits, metric, seed, cd, _make_rotation)
+        if rotation not in ROTATIONS:
+            raise ValueError(f"rotation must be one of {ROTATIONS}, got {rotation!r}")
+        self._index = _core.QuantizedIndex(dim, bits, metric, seed, cd, _make_rotation, rotation)
 
     # ---------------------------------------------------------------- properties
     dim = property(lambda self: self._index.dim)
@@ -99,6 +103,8 @@ class QuantizedIndex:
     code_dim = property(lambda self: self._index.dim_pad, doc="Dimension of the rotated space (a multiple of 64).")
     code_bytes = property(lambda self: self._index.code_bytes, doc="Bytes of one row's code (factors not counted).")
     trained = property(lambda self: self._index.trained)
+    rotation = property(lambda self: self._index.rotation_kind,
+                        doc='"fht" (random-sign Hadamard rounds, O(d log d) a vector) or "dense" (Haar matrix).')
 
     @property
     def nbytes(self) -> int:
@@ -110,7 +116,7 @@ class QuantizedIndex:
 
     def __repr__(self) -> str:
         return (f"QuantizedIndex(dim={self.dim}, bits={self.bits}, metric={self.metric!r}, "
-                f"query_bits={self.query_bits}, code_dim={self.code_dim}, n={len(self)})")
+                f"query_bits={self.query_bits}, code_dim={self.code_dim}, rotation={self.rotation!r}, n={len(self)})")
 
     # ---------------------------------------------------------------- writes
     def train(self, vectors) -> None:
@@ -227,7 +233,8 @@ class QuantizedIndex:
         ix = self._index
         n = len(ix) if rows else 0
         meta = _META.pack(ix.dim, ix.dim_pad, ix.bits, _METRICS.index(ix.metric), ix.seed, n, int(ix.trained))
-        parts = [_HEAD.pack(_MAGIC, _KIND, FORMAT_VERSION), meta, struct.pack("<I", self.query_bits),
+        parts = [_HEAD.pack(_MAGIC, _KIND, FORMAT_VERSION), meta,
+                 struct.pack("<II", self.query_bits, ROTATIONS.index(ix.rotation_kind)),
                  ix.rotation().tobytes(), ix.centroid().tobytes()]
         if rows:
             parts += [ix.blocks().tobytes(), ix.factors().tobytes()]
@@ -248,32 +255,37 @@ class QuantizedIndex:
         """Reads a file written by save; a truncated, corrupt or foreign file raises vecsift.CorruptIndexError."""
         with open(path, "rb") as f:
             data = f.read()
-        fixed = _HEAD.size + _META.size + 4
-        if len(data) < fixed + _CRC.size:
+        if len(data) < _HEAD.size + _META.size + 4 + _CRC.size:
             raise CorruptIndexError(f"{path}: too short for a vecsift quantised index ({len(data)} bytes)")
         magic, kind, version = _HEAD.unpack_from(data, 0)
         if magic != _MAGIC or kind != _KIND:
             raise CorruptIndexError(f"{path}: not a vecsift quantised index")
-        if version != FORMAT_VERSION:
-            raise CorruptIndexError(f"{path}: format version {version}, this vecsift reads {FORMAT_VERSION}")
+        if version not in _READ_VERSIONS:
+            raise CorruptIndexError(f"{path}: format version {version}, this vecsift reads {_READ_VERSIONS}")
+        fixed = _HEAD.size + _META.size + (4 if version == 1 else 8)
+        if len(data) < fixed + _CRC.size:
+            raise CorruptIndexError(f"{path}: too short for a vecsift quantised index ({len(data)} bytes)")
         (crc,) = _CRC.unpack_from(data, len(data) - _CRC.size)
         if _core.crc32c(memoryview(data)[:len(data) - _CRC.size], 0) != crc:
             raise CorruptIndexError(f"{path}: checksum mismatch (file is corrupt or truncated)")
         dim, cd, bits, metric, seed, n, trained = _META.unpack_from(data, _HEAD.size)
         (qb,) = struct.unpack_from("<I", data, _HEAD.size + _META.size)
+        rkind = struct.unpack_from("<I", data, _HEAD.size + _META.size + 4)[0] if version >= 2 else 0  # v1: dense
         if (bits not in SUPPORTED_BITS or metric >= len(_METRICS) or not 1 <= dim <= cd <= 4096 or cd % 64
-                or not 4 <= qb <= 8):
+                or not 4 <= qb <= 8 or rkind >= len(ROTATIONS)):
             raise CorruptIndexError(f"{path}: header fields out of range")
         nblocks = -(-n // 32)
-        sizes = [4 * cd * cd, 4 * cd, nblocks * 32 * bits * cd // 8, 4 * 5 * n]
+        rot_rows = cd if ROTATIONS[rkind] == "dense" else _core.QUANT_FHT_ROUNDS
+        sizes = [4 * rot_rows * cd, 4 * cd, nblocks * 32 * bits * cd // 8, 4 * 5 * n]
         if fixed + sum(sizes) + _CRC.size != len(data):
             raise CorruptIndexError(f"{path}: size does not match its header")
-        out = cls(dim, bits, _METRICS[metric], query_bits=qb, seed=seed, code_dim=cd, _make_rotation=False)
+        out = cls(dim, bits, _METRICS[metric], query_bits=qb, seed=seed, code_dim=cd, rotation=ROTATIONS[rkind],
+                  _make_rotation=False)
         off = fixed
         arrays = []
         for size, dt in zip(sizes, (np.float32, np.float32, np.uint8, np.float32)):
             arrays.append(np.frombuffer(data, dtype=dt, count=size // np.dtype(dt).itemsize, offset=off))
             off += size
         rot, cen, blocks, fac = arrays
-        out._index.set_state(rot.reshape(cd, cd), cen, bool(trained), n, blocks, fac.reshape(n, 5))
+        out._index.set_state(rot.reshape(rot_rows, cd), cen, bool(trained), n, blocks, fac.reshape(n, 5))
         return out

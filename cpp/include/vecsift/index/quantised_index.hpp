@@ -7,6 +7,8 @@
 // BinaryIndex: searches share a lock, add takes it exclusively.
 #pragma once
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -32,20 +34,30 @@ constexpr size_t kQuantMaxDim = 4096;
 
 inline bool quant_bits_supported(int b) { return b == 1 || b == 2 || b == 4 || b == 8; }
 
+// How rows and queries are rotated (quant_rotation.hpp); recorded in saved files.
+enum class QuantRotationKind : int { Dense = 0, FHT = 1 };
+
 class QuantizedIndex {
  public:
   // code_dim: dimension of the rotated space the codes live in (a multiple of
   // 64, at least dim; 0 picks the smallest). Extra dimensions are zero before
   // the rotation and carry information after it: more bits per vector.
-  QuantizedIndex(size_t dim, int bits, Metric metric, uint64_t seed, size_t code_dim = 0, bool make_rotation = true)
+  // rotation: Dense stores a (code_dim x code_dim) matrix, FHT kFhtRounds x code_dim signs.
+  QuantizedIndex(size_t dim, int bits, Metric metric, uint64_t seed, size_t code_dim = 0, bool make_rotation = true,
+                 QuantRotationKind rotation = QuantRotationKind::Dense)
       : dim_(dim), dpad_(code_dim ? code_dim : quant_padded_dim(dim)), J_(dpad_ / 8), bits_(bits),
-        metric_(metric), seed_(seed) {
+        metric_(metric), seed_(seed), kind_(rotation) {
     if (dim == 0 || dim > kQuantMaxDim) throw std::invalid_argument("dim must be in [1, 4096]");
     if (dpad_ % 64 || dpad_ < dim || dpad_ > kQuantMaxDim)
       throw std::invalid_argument("code_dim must be a multiple of 64 in [dim, 4096]");
     if (!quant_bits_supported(bits)) throw std::invalid_argument("bits must be 1, 2, 4 or 8");
     // A loaded index brings its own rotation (set_state): no need to generate one.
-    rotation_ = make_rotation ? random_rotation(dpad_, seed) : std::vector<float>(dpad_ * dpad_, 0.0f);
+    if (kind_ == QuantRotationKind::FHT)
+      rotation_ = make_rotation ? random_signs(dpad_, seed) : std::vector<float>(kFhtRounds * dpad_, 0.0f);
+    else if (kind_ == QuantRotationKind::Dense)
+      rotation_ = make_rotation ? random_rotation(dpad_, seed) : std::vector<float>(dpad_ * dpad_, 0.0f);
+    else
+      throw std::invalid_argument("unknown rotation kind");
     centroid_.assign(dpad_, 0.0f);
   }
 
@@ -65,7 +77,18 @@ class QuantizedIndex {
     std::shared_lock<std::shared_mutex> lock(mutex_);
     return data_.capacity_bytes() + 5 * sizeof(float) * factors_a_.capacity();
   }
+  QuantRotationKind rotation_kind() const { return kind_; }
+  // The dense matrix (row i = image of e_i) or the FHT signs (kFhtRounds x dim_pad).
   const std::vector<float>& rotation() const { return rotation_; }
+
+  // y = P x for a padded, centred x (dim_pad entries). The dense product skips
+  // the trailing zeros of x (the padding): see rotate_scalar.
+  void rotate_vec(const float* x, float* y, Level level) const {
+    if (kind_ == QuantRotationKind::FHT) return fht_rotate(rotation_.data(), dpad_, x, y, level);
+    size_t rows = dpad_;
+    while (rows > 0 && x[rows - 1] == 0.0f) --rows;
+    rotate(rotation_.data(), dpad_, x, y, level, rows);
+  }
   const std::vector<float>& centroid() const { return centroid_; }
 
   // Centroid = mean of x (n rows of dim), after normalising for cosine.
@@ -97,7 +120,7 @@ class QuantizedIndex {
       for (size_t i = m * t / slices; i < m * (t + 1) / slices; ++i) {
         prepare(x + i * dim_, pad.data());
         for (size_t j = 0; j < dpad_; ++j) pad[j] -= centroid_[j];
-        rotate(rotation_.data(), dpad_, pad.data(), r.data(), level);
+        rotate_vec(pad.data(), r.data(), level);
         QuantFactors f = quantize_rotated(r.data(), dpad_, bits_, u.data(), scratch.data());
         if (metric_ == Metric::L2) {
           double nn = 0;
@@ -137,7 +160,7 @@ class QuantizedIndex {
       cq += static_cast<double>(centroid_[j]) * pad[j];
       pad[j] -= centroid_[j];
     }
-    rotate(rotation_.data(), dpad_, pad.data(), r.data(), level);
+    rotate_vec(pad.data(), r.data(), level);
     QuantQuery qq;
     quantize_query(r.data(), dpad_, qbits, qq);
     if (metric_ == Metric::L2) {
@@ -294,8 +317,11 @@ class QuantizedIndex {
       quant_scores(level, f, row0, S, est);
       // key = -est enters when -est < threshold, i.e. est > -threshold.
       const float need = -top.threshold();
+      // est > need, four lanes at a time (SSE, every level): false for NaN, as the scalar compare.
+      const __m128 nd = _mm_set1_ps(need);
       uint32_t pass = 0;
-      for (size_t l = 0; l < kQuantBlockRows; ++l) pass |= static_cast<uint32_t>(est[l] > need) << l;
+      for (size_t l = 0; l < kQuantBlockRows; l += 4)
+        pass |= static_cast<uint32_t>(_mm_movemask_ps(_mm_cmpgt_ps(_mm_load_ps(est + l), nd))) << l;
       pass &= mask;
       while (pass) {
         const unsigned l = static_cast<unsigned>(__builtin_ctz(pass));
@@ -348,6 +374,7 @@ class QuantizedIndex {
   int bits_;
   Metric metric_;
   uint64_t seed_;
+  QuantRotationKind kind_;
   bool trained_ = false;
   size_t n_ = 0;
   std::vector<float> rotation_, centroid_;

@@ -19,6 +19,8 @@
 // term), g = |r| / cos and h = (1 - cos^2) / (D - 1) for the bound.
 #pragma once
 
+#include <emmintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -165,18 +167,22 @@ struct QuantQuery {
 inline void build_query_luts(const uint8_t* qu, size_t D, int Bq, std::vector<uint8_t>& luts) {
   const int passes = (Bq + 3) / 4;
   const size_t J = D / 8;
-  luts.assign(static_cast<size_t>(passes) * J * 32, 0);
+  luts.resize(static_cast<size_t>(passes) * J * 32);
+  // Entry n of a table = sum over b of digit b times bit b of n: four masked
+  // broadcasts added (SSE2, every level; the sums are at most 60).
+  const __m128i m0 = _mm_setr_epi8(0, -1, 0, -1, 0, -1, 0, -1, 0, -1, 0, -1, 0, -1, 0, -1);
+  const __m128i m1 = _mm_setr_epi8(0, 0, -1, -1, 0, 0, -1, -1, 0, 0, -1, -1, 0, 0, -1, -1);
+  const __m128i m2 = _mm_setr_epi8(0, 0, 0, 0, -1, -1, -1, -1, 0, 0, 0, 0, -1, -1, -1, -1);
+  const __m128i m3 = _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1, -1, -1, -1, -1);
   for (int g = 0; g < passes; ++g)
     for (size_t j = 0; j < J; ++j)
       for (int half = 0; half < 2; ++half) {
         uint8_t* t = luts.data() + ((g * J + j) * 2 + half) * 16;
         const uint8_t* src = qu + 8 * j + 4 * half;
-        for (int n = 0; n < 16; ++n) {
-          int v = 0;
-          for (int b = 0; b < 4; ++b)
-            if ((n >> b) & 1) v += (src[b] >> (4 * g)) & 15;
-          t[n] = static_cast<uint8_t>(v);
-        }
+        auto dig = [&](int b) { return _mm_set1_epi8(static_cast<char>((src[b] >> (4 * g)) & 15)); };
+        const __m128i v = _mm_add_epi8(_mm_add_epi8(_mm_and_si128(dig(0), m0), _mm_and_si128(dig(1), m1)),
+                                       _mm_add_epi8(_mm_and_si128(dig(2), m2), _mm_and_si128(dig(3), m3)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(t), v);
       }
 }
 
@@ -195,10 +201,12 @@ inline void quantize_query(const float* qr, size_t D, int Bq, QuantQuery& q) {
   q.lo = lo;
   q.dq = dq;
   q.norm2 = static_cast<float>(nn);
-  q.qu.assign(D, 0);
-  double sq = 0;
+  q.qu.resize(D);
+  int64_t sq = 0;  // an integer sum: exact in any order
   for (size_t i = 0; i < D; ++i) {
-    int v = dq > 0 ? static_cast<int>(std::floor((qr[i] - lo) / dq + 0.5f)) : 0;
+    // qr[i] - lo >= 0, so t >= 0.5 (or NaN): truncation is floor, without a libm call.
+    const float t = (qr[i] - lo) / dq + 0.5f;
+    int v = dq > 0 ? static_cast<int>(t) : 0;
     v = v < 0 ? 0 : (v > top ? top : v);
     q.qu[i] = static_cast<uint8_t>(v);
     sq += v;

@@ -113,82 +113,119 @@ __attribute__((target("avx2"))) inline void quant_fold_avx2(__m256i lo, __m256i 
   S[3] = _mm256_add_epi32(S[3], _mm256_sll_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(hi, 1)), sh));
 }
 
+// One data plane of a block against P query passes (P = 1 or 2). The nibbles
+// of each data byte are cut once and looked up in every pass's tables. Two
+// bytes' lo + hi values fit a u8 (each table value is at most 60); they are
+// summed as u16 lanes without unpacking: T += v (even row + 256 * odd row) and
+// O += v >> 8 (odd rows), and the even rows are T - 256 * O at the end (mod
+// 2^16, exact since every row's sum is at most 120 * J <= 61,440).
+template <int P>
+__attribute__((target("avx2"))) inline void quant_plane_avx2(const uint8_t* src, const uint8_t* luts, size_t J,
+                                                             int p, __m256i* acc) {
+  const __m256i nib = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
+  __m256i T[P], O[P];
+  for (int g = 0; g < P; ++g) T[g] = O[g] = zero;
+  for (size_t j = 0; j < J; j += 2) {
+    const __m256i d0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j * 32));
+    const __m256i d1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j * 32 + 32));
+    const __m256i n0l = _mm256_and_si256(d0, nib), n0h = _mm256_and_si256(_mm256_srli_epi16(d0, 4), nib);
+    const __m256i n1l = _mm256_and_si256(d1, nib), n1h = _mm256_and_si256(_mm256_srli_epi16(d1, 4), nib);
+    for (int g = 0; g < P; ++g) {
+      const uint8_t* t = luts + static_cast<size_t>(g) * J * 32 + j * 32;
+      const __m256i l0 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+      const __m256i h0 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 16)));
+      const __m256i l1 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 32)));
+      const __m256i h1 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 48)));
+      __m256i v = _mm256_add_epi8(_mm256_shuffle_epi8(l0, n0l), _mm256_shuffle_epi8(h0, n0h));
+      v = _mm256_add_epi8(v, _mm256_add_epi8(_mm256_shuffle_epi8(l1, n1l), _mm256_shuffle_epi8(h1, n1h)));
+      T[g] = _mm256_add_epi16(T[g], v);
+      O[g] = _mm256_add_epi16(O[g], _mm256_srli_epi16(v, 8));
+    }
+  }
+  for (int g = 0; g < P; ++g) {
+    const __m256i E = _mm256_sub_epi16(T[g], _mm256_slli_epi16(O[g], 8));
+    // unpack(E, O) by 16-bit lanes: rows 0-7 | 16-23 and 8-15 | 24-31, the fold's order.
+    quant_fold_avx2(_mm256_unpacklo_epi16(E, O[g]), _mm256_unpackhi_epi16(E, O[g]), p + 4 * g, acc);
+  }
+}
+
 template <class Sink>
 __attribute__((target("avx2"))) inline void quant_sums_avx2(const QuantBlocks& s, const uint8_t* luts, int passes,
                                                             size_t b0, size_t b1, Sink& sink) {
   const size_t J = s.J;
-  const __m256i nib = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
   alignas(32) uint32_t S[kQuantBlockRows];
   for (size_t b = b0; b < b1; ++b) {
     const uint32_t mask = s.lane_mask(b);
     if (!mask) continue;
     const uint8_t* blk = s.data + b * s.block_stride();
-    __m256i acc[4] = {zero, zero, zero, zero};
-    for (int p = 0; p < s.bits; ++p)
-      for (int g = 0; g < passes; ++g) {
-        const uint8_t* t = luts + static_cast<size_t>(g) * J * 32;
-        const uint8_t* src = blk + p * J * kQuantBlockRows;
-        __m256i lo16 = zero, hi16 = zero;
-        // Two bytes per step: each table value is at most 60, so two bytes' lo+hi sums fit a u8 (<= 240).
-        for (size_t j = 0; j < J; j += 2) {
-          const __m256i d0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j * 32));
-          const __m256i d1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j * 32 + 32));
-          const __m256i l0 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32)));
-          const __m256i h0 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32 + 16)));
-          const __m256i l1 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32 + 32)));
-          const __m256i h1 = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32 + 48)));
-          __m256i v = _mm256_add_epi8(_mm256_shuffle_epi8(l0, _mm256_and_si256(d0, nib)),
-                                      _mm256_shuffle_epi8(h0, _mm256_and_si256(_mm256_srli_epi16(d0, 4), nib)));
-          v = _mm256_add_epi8(v, _mm256_shuffle_epi8(l1, _mm256_and_si256(d1, nib)));
-          v = _mm256_add_epi8(v, _mm256_shuffle_epi8(h1, _mm256_and_si256(_mm256_srli_epi16(d1, 4), nib)));
-          lo16 = _mm256_add_epi16(lo16, _mm256_unpacklo_epi8(v, zero));
-          hi16 = _mm256_add_epi16(hi16, _mm256_unpackhi_epi8(v, zero));
-        }
-        quant_fold_avx2(lo16, hi16, p + 4 * g, acc);
-      }
+    __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (int p = 0; p < s.bits; ++p) {
+      const uint8_t* src = blk + p * J * kQuantBlockRows;
+      if (passes == 2)
+        quant_plane_avx2<2>(src, luts, J, p, acc);
+      else
+        quant_plane_avx2<1>(src, luts, J, p, acc);
+    }
     for (int r = 0; r < 4; ++r) _mm256_store_si256(reinterpret_cast<__m256i*>(S + 8 * r), acc[r]);
     sink.block(b, mask, S, Level::AVX2);
   }
 }
 
 // ---------------------------------------------------------------- AVX-512
-// One zmm carries bytes j and j+1 of the 32 rows (contiguous in the layout);
-// its tables are [T_j, T_j, T_j+1, T_j+1] by 128-bit lane. The two halves
-// are added at the end, which gives the AVX2 register order.
+// The AVX2 plane kernel with one zmm per two bytes: it carries bytes j and j+1
+// of the 32 rows (contiguous in the layout), its tables are
+// [T_j, T_j, T_j+1, T_j+1] by 128-bit lane. T and O are kept the same way as
+// in AVX2; their two halves are added at the end (mod 2^16), which gives the
+// AVX2 registers.
+template <int P>
+__attribute__((target("avx512f,avx512bw"))) inline void quant_plane_avx512(const uint8_t* src, const uint8_t* luts,
+                                                                           size_t J, int p, __m256i* acc) {
+  const __m512i nib = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
+  __m512i T[P], O[P];
+  for (int g = 0; g < P; ++g) T[g] = O[g] = zero;
+  for (size_t j = 0; j < J; j += 2) {
+    const __m512i d = _mm512_loadu_si512(src + j * 32);
+    const __m512i nl = _mm512_and_si512(d, nib), nh = _mm512_and_si512(_mm512_srli_epi16(d, 4), nib);
+    for (int g = 0; g < P; ++g) {
+      const uint8_t* t = luts + static_cast<size_t>(g) * J * 32 + j * 32;
+      const __m512i l = _mm512_mask_blend_epi64(
+          0xF0, _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t))),
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 32))));
+      const __m512i h = _mm512_mask_blend_epi64(
+          0xF0, _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 16))),
+          _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 48))));
+      // One byte's lo + hi (<= 120 a lane): T and O stay below 2^16 as in AVX2.
+      const __m512i v = _mm512_add_epi8(_mm512_shuffle_epi8(l, nl), _mm512_shuffle_epi8(h, nh));
+      T[g] = _mm512_add_epi16(T[g], v);
+      O[g] = _mm512_add_epi16(O[g], _mm512_srli_epi16(v, 8));
+    }
+  }
+  for (int g = 0; g < P; ++g) {
+    const __m256i t = _mm256_add_epi16(_mm512_castsi512_si256(T[g]), _mm512_extracti64x4_epi64(T[g], 1));
+    const __m256i o = _mm256_add_epi16(_mm512_castsi512_si256(O[g]), _mm512_extracti64x4_epi64(O[g], 1));
+    const __m256i E = _mm256_sub_epi16(t, _mm256_slli_epi16(o, 8));
+    quant_fold_avx2(_mm256_unpacklo_epi16(E, o), _mm256_unpackhi_epi16(E, o), p + 4 * g, acc);
+  }
+}
+
 template <class Sink>
 __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const QuantBlocks& s, const uint8_t* luts,
                                                                           int passes, size_t b0, size_t b1,
                                                                           Sink& sink) {
   const size_t J = s.J;
-  const __m512i nib = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
   alignas(64) uint32_t S[kQuantBlockRows];
   for (size_t b = b0; b < b1; ++b) {
     const uint32_t mask = s.lane_mask(b);
     if (!mask) continue;
     const uint8_t* blk = s.data + b * s.block_stride();
     __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int p = 0; p < s.bits; ++p)
-      for (int g = 0; g < passes; ++g) {
-        const uint8_t* t = luts + static_cast<size_t>(g) * J * 32;
-        const uint8_t* src = blk + p * J * kQuantBlockRows;
-        __m512i lo16 = zero, hi16 = zero;
-        for (size_t j = 0; j < J; j += 2) {
-          const __m512i d = _mm512_loadu_si512(src + j * 32);
-          const __m512i l = _mm512_mask_blend_epi64(
-              0xF0, _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32))),
-              _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32 + 32))));
-          const __m512i h = _mm512_mask_blend_epi64(
-              0xF0, _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32 + 16))),
-              _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + j * 32 + 48))));
-          const __m512i v = _mm512_add_epi8(_mm512_shuffle_epi8(l, _mm512_and_si512(d, nib)),
-                                            _mm512_shuffle_epi8(h, _mm512_and_si512(_mm512_srli_epi16(d, 4), nib)));
-          lo16 = _mm512_add_epi16(lo16, _mm512_unpacklo_epi8(v, zero));
-          hi16 = _mm512_add_epi16(hi16, _mm512_unpackhi_epi8(v, zero));
-        }
-        const __m256i lo = _mm256_add_epi16(_mm512_castsi512_si256(lo16), _mm512_extracti64x4_epi64(lo16, 1));
-        const __m256i hi = _mm256_add_epi16(_mm512_castsi512_si256(hi16), _mm512_extracti64x4_epi64(hi16, 1));
-        quant_fold_avx2(lo, hi, p + 4 * g, acc);
-      }
+    for (int p = 0; p < s.bits; ++p) {
+      const uint8_t* src = blk + p * J * kQuantBlockRows;
+      if (passes == 2)
+        quant_plane_avx512<2>(src, luts, J, p, acc);
+      else
+        quant_plane_avx512<1>(src, luts, J, p, acc);
+    }
     for (int r = 0; r < 4; ++r) _mm256_store_si256(reinterpret_cast<__m256i*>(S + 8 * r), acc[r]);
     sink.block(b, mask, S, Level::AVX512);
   }
