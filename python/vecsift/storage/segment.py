@@ -25,7 +25,8 @@ def read_segment(path, entry: dict) -> pa.Table:
         table = pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
         # offsets and lengths inside the buffers: read_all trusts them, later reads would not
         table.validate(full=True)
-    except (pa.ArrowException, OSError) as exc:  # ArrowInvalid, ArrowNotImplementedError (bad types)
+    # ArrowInvalid, ArrowNotImplementedError (bad types); UnicodeDecodeError: a column name that is not UTF-8
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise CorruptIndexError(f"{path}: unreadable chunk segment: {exc}") from None
     meta = table.schema.metadata or {}
     if meta.get(b"vecsift_kind") != b"segment" or meta.get(b"vecsift_format") != SEGMENT_META[b"vecsift_format"]:
