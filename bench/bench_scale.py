@@ -264,6 +264,17 @@ def main():
     ap.add_argument("--bits", type=int, default=2)
     ap.add_argument("--centre", default="global")
     ap.add_argument("--rescore", type=str, default="bound")
+    ap.add_argument("--kmeans", default="auto", help="auto | flat | two_level (IVFIndex.train method)")
+    ap.add_argument("--assign-top", type=int, default=3, help="two_level: coarse cells a row is assigned among")
+    ap.add_argument("--coarse", type=int, default=None, help="two_level: coarse cells (default ~sqrt(nlist))")
+    ap.add_argument("--sample-per-list", type=int, default=64)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--faiss-quantizer", default="own",
+                    help="own: faiss trains and assigns with its flat k-means; shared: vecsift's centroids and "
+                         "list assignment (faiss's flat assignment of 10M rows to 8k lists takes ~1 h here)")
+    ap.add_argument("--faiss-refine", default="flat",
+                    help="flat: IndexRefineFlat (its own float32 copy of the rows); numpy: faiss's k*oversample "
+                         "candidates rescored exactly from the same memmap in numpy (no second copy)")
     ap.add_argument("--faiss-nprobe", type=str, default=None, help="default: --nprobe")
     ap.add_argument("--filter-nprobe", type=str, default=None, help="default: the last two of --nprobe")
     ap.add_argument("--faiss-qb", type=int, default=None, help="faiss query bits (default: vecsift's)")
@@ -348,6 +359,13 @@ def main():
     qps_q = queries[:args.qps_queries]
 
     kind = (f"rabitq{args.bits}{args.centre[0]}" if args.scorer == "rabitq" else "sign")
+    km = args.kmeans if args.kmeans != "auto" else ("two_level" if nlist >= vecsift.index.partitioned.TWO_LEVEL_MIN_NLIST
+                                                     else "flat")
+    if km == "two_level":
+        km += f"{args.assign_top}" + (f"c{args.coarse}" if args.coarse else "")
+    if (args.sample_per_list, args.iters) != (64, 10):
+        km += f"_s{args.sample_per_list}i{args.iters}"
+    kind = f"{kind}_{km}"
     index_path = WORK / f"ivf_{tag}_{nlist}_{kind}.ivf"
 
     # ---- vecsift IVF
@@ -355,18 +373,29 @@ def main():
         if args.rebuild or not index_path.exists():
             t0 = time.perf_counter()
             ix = vecsift.IVFIndex(DIM, nlist, "ip", scorer=args.scorer, bits=args.bits, centre=args.centre)
-            ix.train(base)
+            ix.train(base, method=args.kmeans, coarse=args.coarse, assign_top=args.assign_top,
+                     sample_per_list=args.sample_per_list, iters=args.iters)
             t1 = time.perf_counter()
             ix.add(base)
             t2 = time.perf_counter()
             ix.save(index_path, include_vectors=False)
             t3 = time.perf_counter()
             result[f"ivf_build_{kind}"] = {"train_s": t1 - t0, "add_s": t2 - t1, "save_s": t3 - t2,
-                                           "total_s": t3 - t0, "balance": ix.balance()}
+                                           "total_s": t3 - t0, "add_parts": ix.build_times,
+                                           "balance": ix.balance()}
             del ix
             print("build", result[f"ivf_build_{kind}"], flush=True)
             save()
         index = vecsift.IVFIndex.open(index_path, vectors=base)
+        if args.faiss_quantizer == "shared":
+            shared_centroids = np.array(index.centroids)
+            lay = index._layout
+            lists = np.repeat(np.arange(index.nlist), np.diff(np.asarray(lay.list_block)) * 32)
+            sr = np.asarray(lay.slot_row)
+            valid = sr >= 0
+            shared_assign = np.empty(args.n, dtype=np.int64)
+            shared_assign[sr[valid]] = lists[valid]
+            del lists, sr, valid, lay
         t0 = time.perf_counter()
         warm(base)
         warm(index._layout.codes)
@@ -434,18 +463,29 @@ def main():
         import faiss
         t0 = time.perf_counter()
         quant = faiss.IndexFlatIP(DIM)
+        if args.faiss_quantizer == "shared":  # vecsift's lists: faiss's train then only fits RaBitQ
+            quant.add(shared_centroids)
         fx = faiss.IndexIVFRaBitQ(quant, DIM, nlist, faiss.METRIC_INNER_PRODUCT, True, args.bits)
         sample = np.random.default_rng(0).choice(args.n, size=min(args.n, nlist * 64), replace=False)
         fx.train(np.ascontiguousarray(base[np.sort(sample)]))
         # Exact rescoring inside faiss (C++): IndexRefineFlat holds its own float32 copy of the rows
-        # (adds go to both; the copy costs a memcpy of the rows).
-        ref = faiss.IndexRefineFlat(fx)
+        # (adds go to both; the copy costs a memcpy of the rows). "numpy": no copy, see rescore().
+        ref = faiss.IndexRefineFlat(fx) if args.faiss_refine == "flat" else None
         for s in range(0, args.n, BLOCK):
-            ref.add(np.ascontiguousarray(base[s:s + BLOCK]))
+            xb = np.ascontiguousarray(base[s:s + BLOCK])
+            if args.faiss_quantizer == "shared":
+                fa = np.ascontiguousarray(shared_assign[s:s + xb.shape[0]])
+                fx.add_core(xb.shape[0], faiss.swig_ptr(xb), None, faiss.swig_ptr(fa))
+                if ref is not None:
+                    ref.refine_index.add(xb)
+                    ref.ntotal = fx.ntotal
+            else:
+                (ref if ref is not None else fx).add(xb)
         result["faiss_build_s"] = time.perf_counter() - t0
         print(f"faiss build {result['faiss_build_s']:.1f} s", flush=True)
         qb = args.faiss_qb or vecsift.index.quantised.default_query_bits(args.bits)
-        result["faiss_params"] = {"bits": args.bits, "qb": qb, "nlist": nlist, "refine": "IndexRefineFlat"}
+        result["faiss_params"] = {"bits": args.bits, "qb": qb, "nlist": nlist, "quantizer": args.faiss_quantizer,
+                                  "refine": "IndexRefineFlat" if ref is not None else "numpy from the memmap"}
         rows = []
         fnprobes = [int(x) for x in (args.faiss_nprobe or args.nprobe).split(",")]
         for npb in fnprobes:
@@ -462,6 +502,8 @@ def main():
                     q = q.reshape(-1, DIM)
                     if os_ == 1:
                         return fx.search(q, 10, params=p)[1]
+                    if ref is None:
+                        return rescore(base, q, fx.search(q, 10 * os_, params=p)[1])
                     return ref.search(q, 10, params=rp)[1]
                 ids = fsearch(queries, 2)
                 rec = recall_at_k(ids, gt_ids, 10)

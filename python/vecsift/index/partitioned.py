@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 
 import numpy as np
 
@@ -54,6 +55,10 @@ _BLOCK = {"sign": 8, "rabitq": 32}  # rows a code block (binary.hpp kBlockRows, 
 # (nlist 256, nprobe 32) recall 0.9468 with 31 rows rescored a query, the same as rescoring all 40
 # (1.0 sigma: 0.9441 with 23 rows; filtered 10%: 0.9997 against 0.9959).
 DEFAULT_OVERSAMPLE = {"sign": 16, "rabitq": 4}
+# Two-level k-means (train + assignment) from this many lists; a row is assigned among the lists of
+# its ASSIGN_TOP nearest coarse cells (docs/partitioned.md, "Build at scale").
+TWO_LEVEL_MIN_NLIST = 4096
+ASSIGN_TOP = 3
 
 
 def _positive_int(x, name: str) -> int:
@@ -202,6 +207,9 @@ class IVFIndex:
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
         self._seed = int(seed)
         self._centroids = None
+        self._groups = None  # two-level k-means cells (train only; not stored: adds after open assign flat)
+        self._assign_top = ASSIGN_TOP
+        self.build_times = {}  # seconds of the last add: read, assign, encode, layout
         self._model = None  # rabitq: {"rotation", "centres", "centres_rot"}
         self._layout = None
         self._vectors = None
@@ -274,8 +282,15 @@ class IVFIndex:
             raise RuntimeError("the index is not trained: call train() or IVFIndex.build() first")
 
     # ------------------------------------------------------------ build
-    def train(self, vectors, nlist: int | None = None, iters: int = 10, sample_per_list: int = 64) -> "IVFIndex":
-        """k-means on a seeded sample of ``vectors`` (nlist * sample_per_list rows)."""
+    def train(self, vectors, nlist: int | None = None, iters: int = 10, sample_per_list: int = 64,
+              method: str = "auto", coarse: int | None = None, assign_top: int = ASSIGN_TOP) -> "IVFIndex":
+        """k-means on a seeded sample of ``vectors`` (nlist * sample_per_list rows).
+
+        ``method``: "flat" (Lloyd over all nlist centroids), "two_level"
+        (``coarse`` cells, about sqrt(nlist), then the lists inside each cell;
+        ``add`` then assigns a row among the lists of its ``assign_top``
+        nearest cells), or "auto" (two_level from TWO_LEVEL_MIN_NLIST lists).
+        """
         rows = self._rows_arg(vectors, "vectors")
         nlist = nlist if nlist is not None else self._nlist
         nlist = default_nlist(rows.shape[0]) if nlist is None else _positive_int(nlist, "nlist")
@@ -283,10 +298,24 @@ class IVFIndex:
             raise ValueError(f"nlist ({nlist}) must not exceed the number of training rows ({rows.shape[0]})")
         iters = _positive_int(iters, "iters")
         sample_per_list = _positive_int(sample_per_list, "sample_per_list")
-        c, _ = kmeans.train(rows, nlist, self._metric, iters=iters, sample_per_list=sample_per_list,
-                            seed=self._seed)
+        if method not in ("auto", "flat", "two_level"):
+            raise ValueError(f"method must be 'auto', 'flat' or 'two_level', got {method!r}")
+        if coarse is not None:
+            coarse = _positive_int(coarse, "coarse")
+        assign_top = _positive_int(assign_top, "assign_top")
+        if method == "auto":
+            method = "two_level" if nlist >= TWO_LEVEL_MIN_NLIST else "flat"
+        groups = None
+        if method == "flat":
+            c, _ = kmeans.train(rows, nlist, self._metric, iters=iters, sample_per_list=sample_per_list,
+                                seed=self._seed)
+        else:
+            c, groups = kmeans.train_two_level(rows, nlist, self._metric, iters=iters,
+                                               sample_per_list=sample_per_list, seed=self._seed, coarse=coarse,
+                                               assign_top=assign_top)
         c = np.ascontiguousarray(c, dtype=np.float32)
         model = self._make_model(c, rows) if self._scorer == "rabitq" else None
+        self._groups, self._assign_top = groups, assign_top
         if self._layout is not None and len(self):
             # Retrain of a filled index: reassign and re-encode every row.
             self._centroids, self._model = c, model
@@ -316,7 +345,8 @@ class IVFIndex:
     @classmethod
     def build(cls, vectors, nlist: int | None = None, metric: str = "cosine", **kwargs) -> "IVFIndex":
         """train + add in one call."""
-        train_kw = {k: kwargs.pop(k) for k in ("iters", "sample_per_list") if k in kwargs}
+        train_kw = {k: kwargs.pop(k) for k in ("iters", "sample_per_list", "method", "coarse", "assign_top")
+                    if k in kwargs}
         rows = as_vectors(vectors, "vectors", check_finite=False)
         index = cls(rows.shape[1], nlist, metric, **kwargs)
         index.train(rows, **train_kw)
@@ -353,6 +383,46 @@ class IVFIndex:
                 self._metric, self._bits)
         return codes, fac
 
+    def _assign_encode(self, rows, step=1 << 17):
+        """Lists, codes, factors and inverse norms of rows in one pass over
+        row blocks (a memmap is read once, a block at a time); the seconds
+        spent in each step go to ``self.build_times``."""
+        n = rows.shape[0]
+        assign = np.empty(n, dtype=np.int64)
+        if self._scorer == "rabitq":
+            codes = np.empty((n, self._bits * self._code_dim // 8), dtype=np.uint8)
+            fac = np.empty((n, 5), dtype=np.float32)
+        else:
+            codes, fac = None, None
+        inv = np.empty(n, dtype=np.float32) if self._metric == "cosine" else None
+        t = {"read_s": 0.0, "assign_s": 0.0, "encode_s": 0.0}
+        parts = []
+        for s in range(0, n, step):
+            t0 = time.perf_counter()
+            x = np.ascontiguousarray(rows[s:s + step], dtype=np.float32)
+            e = s + x.shape[0]
+            t1 = time.perf_counter()
+            if self._groups is not None:
+                assign[s:e] = kmeans.assign_two_level(x, self._centroids, self._groups, self._metric,
+                                                      top=self._assign_top, step=step)
+            else:
+                assign[s:e] = kmeans.assign(x, self._centroids, self._metric)
+            t2 = time.perf_counter()
+            if self._scorer == "rabitq":
+                codes[s:e], fac[s:e] = self._encode(x, assign[s:e], step=step)
+            else:
+                parts.append(_codes(x))
+            if inv is not None:
+                inv[s:e] = _inv_norms(x, step=step)
+            t3 = time.perf_counter()
+            t["read_s"] += t1 - t0
+            t["assign_s"] += t2 - t1
+            t["encode_s"] += t3 - t2
+        if self._scorer != "rabitq":
+            codes = np.concatenate(parts) if parts else _codes(rows[:0])
+        self.build_times = {k: round(v, 3) for k, v in t.items()}
+        return assign, codes, fac, inv
+
     def add(self, vectors) -> None:
         """Appends rows (ids continue from len(self)); each goes to its nearest list."""
         self._need_trained()
@@ -360,12 +430,7 @@ class IVFIndex:
         if rows.shape[0] == 0:
             return
         block = _BLOCK[self._scorer]
-        assign_new = kmeans.assign(rows, self._centroids, self._metric).astype(np.int64)
-        if self._scorer == "rabitq":
-            codes_new, fac_new = self._encode(rows, assign_new)
-        else:
-            codes_new, fac_new = _codes(rows), None
-        inv_new = _inv_norms(rows) if self._metric == "cosine" else None
+        assign_new, codes_new, fac_new, inv_new = self._assign_encode(rows)
         if self._layout is None or len(self) == 0:
             assign, codes, fac, vecs, inv = assign_new, codes_new, fac_new, rows, inv_new
         else:
@@ -375,8 +440,10 @@ class IVFIndex:
             fac = None if fac_new is None else np.concatenate([fac_old, fac_new])
             vecs = np.concatenate([np.asarray(self._vectors), rows])
             inv = None if inv_new is None else np.concatenate([np.asarray(self._inv_norm), inv_new])
+        t0 = time.perf_counter()
         layout = _Layout.build(assign, codes, self.nlist, block, fac)
         self._install(layout, vecs, inv, path=None)
+        self.build_times["layout_s"] = round(time.perf_counter() - t0, 3)
 
     def _install(self, layout, vectors, inv_norm, path):
         if self._scorer == "rabitq":

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "vecsift/index/filter.hpp"
+#include "vecsift/index/partitioned_encode.hpp"
 #include "vecsift/kernels/distance.hpp"
 #include "vecsift/kernels/parallel.hpp"
 #include "vecsift/kernels/quant_codes.hpp"
@@ -136,30 +137,43 @@ inline void ivf_quant_encode(const IVFQView& v, const float* rows, const int64_t
   const size_t D = v.D, dim = v.dim, cb = v.code_bytes();
   const size_t slices = std::max<size_t>(1, std::min(threads, n / 256));
   parallel_for(slices, slices, [&](size_t t) {
-    std::vector<float> pad(D), r(D), scratch(D);
+    constexpr size_t G = kRotRows;  // rows rotated together (partitioned_encode.hpp)
+    std::vector<float> pads(G * D), rs(G * D), scratch(2 * D);
     std::vector<uint8_t> u(D);
-    for (size_t i = n * t / slices; i < n * (t + 1) / slices; ++i) {
-      const float* x = rows + i * dim;
-      const float* c = v.centres + static_cast<size_t>(centre_of[i]) * dim;
-      double nn = 0;
-      for (size_t j = 0; j < dim; ++j) nn += static_cast<double>(x[j]) * x[j];
-      const float s = (v.metric == Metric::Cosine && nn > 0) ? static_cast<float>(1.0 / std::sqrt(nn)) : 1.0f;
-      for (size_t j = 0; j < dim; ++j) pad[j] = x[j] * s - c[j];
-      for (size_t j = dim; j < D; ++j) pad[j] = 0.0f;
-      rotate(v.rotation, D, pad.data(), r.data(), level);
-      QuantFactors f = quantize_rotated(r.data(), D, v.bits, u.data(), scratch.data());
-      if (v.metric == Metric::L2) {
-        double rr = 0;
-        for (size_t j = 0; j < D; ++j) rr += static_cast<double>(r[j]) * r[j];
-        f.add = static_cast<float>(-rr);
-      } else {
-        double dot = 0;  // <x - c, c>
-        for (size_t j = 0; j < dim; ++j) dot += static_cast<double>(pad[j]) * c[j];
-        f.add = static_cast<float>(dot);
+    const size_t i0 = n * t / slices, i1 = n * (t + 1) / slices;
+    for (size_t g0 = i0; g0 < i1; g0 += G) {
+      const size_t cnt = std::min(G, i1 - g0);
+      for (size_t k = 0; k < cnt; ++k) {
+        const size_t i = g0 + k;
+        const float* x = rows + i * dim;
+        const float* c = v.centres + static_cast<size_t>(centre_of[i]) * dim;
+        double nn = 0;
+        for (size_t j = 0; j < dim; ++j) nn += static_cast<double>(x[j]) * x[j];
+        const float s = (v.metric == Metric::Cosine && nn > 0) ? static_cast<float>(1.0 / std::sqrt(nn)) : 1.0f;
+        float* pad = pads.data() + k * D;
+        for (size_t j = 0; j < dim; ++j) pad[j] = x[j] * s - c[j];
+        for (size_t j = dim; j < D; ++j) pad[j] = 0.0f;
       }
-      pack_planes(u.data(), D, v.bits, planes + i * cb);
-      float* fo = factors + 5 * i;
-      fo[0] = f.a, fo[1] = f.su, fo[2] = f.add, fo[3] = f.g, fo[4] = f.h;
+      rotate_rows(v.rotation, D, pads.data(), rs.data(), cnt, level);
+      for (size_t k = 0; k < cnt; ++k) {
+        const size_t i = g0 + k;
+        const float* c = v.centres + static_cast<size_t>(centre_of[i]) * dim;
+        const float* pad = pads.data() + k * D;
+        const float* r = rs.data() + k * D;
+        QuantFactors f = quantize_rotated_fast(r, D, v.bits, u.data(), scratch.data(), level);
+        if (v.metric == Metric::L2) {
+          double rr = 0;
+          for (size_t j = 0; j < D; ++j) rr += static_cast<double>(r[j]) * r[j];
+          f.add = static_cast<float>(-rr);
+        } else {
+          double dot = 0;  // <x - c, c>
+          for (size_t j = 0; j < dim; ++j) dot += static_cast<double>(pad[j]) * c[j];
+          f.add = static_cast<float>(dot);
+        }
+        pack_planes(u.data(), D, v.bits, planes + i * cb);
+        float* fo = factors + 5 * i;
+        fo[0] = f.a, fo[1] = f.su, fo[2] = f.add, fo[3] = f.g, fo[4] = f.h;
+      }
     }
   });
 }
