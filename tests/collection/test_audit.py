@@ -406,3 +406,63 @@ def test_idle_timer_semantics():
     assert got == [True, False] and not t.wait()
     with pytest.raises(ValueError):
         t.set_in(-1)
+
+
+@pytest.mark.parametrize("index", ["hnsw", "bq"])
+def test_fast_path_records_equal_the_general_paths(tmp_path, index):
+    """search() of one vector without filters runs the single-query fast path also when audited; its
+    records are the ones the general path writes for the same call (search_batch of that one vector),
+    byte for byte but time and latency, and a fast-path call that fails is recorded too."""
+    path = tmp_path / "c"
+    n = 3000  # big enough for the planner to use the index (the fast path)
+    x = np.random.default_rng(4).standard_normal((n, DIM)).astype(np.float32)
+    c = vecsift.Collection.create(path, DIM, index=index, audit={"flush_ms": 60_000})
+    c.add([f"id {i} \"q\"" for i in range(n)], x)
+    c.commit()
+    c.search(x[0], k=3)  # makes the log (the general path) and the fast path
+    one = c._one[3]
+    assert one is not None and one.__name__ == "audited_run"
+    served = []
+    real = c._one[3]
+
+    def counting(*a):
+        out = real(*a)
+        served.append(out is not None)
+        return out
+
+    c._one = c._one[:3] + (counting,)
+    for i in range(1, 6):
+        fast = c.search(x[i], k=4)
+        general = c.search_batch(x[i:i + 1], k=4)[0]
+        assert [h.id for h in fast] == [h.id for h in general]
+    assert served == [True] * 5
+    c.close()
+    recs = records(path)
+    assert len(recs) == 11
+    strip = [{k: v for k, v in e.items() if k not in ("t", "ms", "seq")} for e in recs[1:]]
+    for a, b in zip(strip[::2], strip[1::2]):
+        assert a == b and a["op"] == "search" and a["mode"] == "dense" and a["k"] == 4
+        assert a["tenant"] is None and a["groups"] is None and a["where"] is None and len(a["ids"][0]) == 4
+    # the payload bytes too: re-encoding the parsed records gives the same keys in the same order
+    raw = b"".join(open(os.path.join(path, f), "rb").read() for _, f in log_files(path))
+    assert raw.count(b'"op":"search","mode":"dense","k":4,"tenant":null,"groups":null,"where":null') == 10
+
+
+def test_fast_path_failure_is_recorded(tmp_path, monkeypatch):
+    path = tmp_path / "c"
+    x = np.random.default_rng(5).standard_normal((3000, DIM)).astype(np.float32)
+    c = vecsift.Collection.create(path, DIM, index="bq", audit={"flush_ms": 60_000})
+    c.add([f"r{i}" for i in range(3000)], x)
+    c.commit()
+    c.search(x[0], k=3)
+    assert c._one[3] is not None
+
+    def broken(*a, **kw):
+        raise vecsift.CorruptIndexError("vectors-0.f32: rows 0..9 fail their block checksum")
+
+    monkeypatch.setattr(c.snapshot().dense, "search", broken)
+    with pytest.raises(vecsift.CorruptIndexError):
+        c.search(x[1], k=3)
+    c.close()
+    last = records(path)[-1]
+    assert last["ids"] == [] and last["error"].startswith("CorruptIndexError: vectors-0.f32") and last["k"] == 3

@@ -636,6 +636,70 @@ def audited(op: str):
     return wrap
 
 
+class _OneSpec:
+    """The spec of search()'s fast path: what encode reads of an entry point's spec."""
+
+    op, op_js = "search", _esc("search")
+
+
+_ONE_SPEC = _OneSpec()
+
+
+class _OneCall(_Call):
+    """The record of one search() call served by the fast path (one vector, no tenant, groups, where or
+    options): the record the general path writes for that call, byte for byte, made without reading
+    arguments (encode sees vectors=None, mode "dense": what it would infer)."""
+
+    __slots__ = ()
+
+    def __init__(self, t, secs, gen, values, ids, error):
+        self.spec, self.t, self.secs, self.gen, self.values, self.ids, self.error = \
+            _ONE_SPEC, t, secs, gen, values, ids, error
+        self.groups = self.where = "null"
+        self.texts = self.vectors = None
+
+
+def audited_one(coll, cfg: dict, run):
+    """search()'s fast path `run(q, k, ef, threads)` (collection/search.py one_query) with audit `cfg`:
+    each call it serves is queued as its record, as the general path would (refused and failed calls
+    too). None when the records need what only the general path reads (record_query: the query).
+
+    Per call: a weak reference and a dict lookup, two clock reads, the hit ids copied, one small object
+    queued. A call the log is not ready for (no AuditLog yet, other settings, a failed write to retry
+    or refuse) returns None, so the general path runs it and sets the log up; so does a call the fast
+    path does not serve."""
+    if cfg.get("record_query"):
+        return None
+    ref, gen = weakref.ref(coll), coll._manifest.generation  # the fast path is per manifest
+    wall, clock = time.time, time.perf_counter
+    known = [None]  # the AuditLog last found to have these settings
+
+    def audited_run(q, k, ef, threads):
+        c = ref()
+        log = None if c is None else c.__dict__.get("_audit_log")
+        if log is None or log._error is not None:
+            return None
+        if log is not known[0]:
+            if log.cfg is not cfg and log.cfg != cfg:
+                return None
+            known[0] = log
+        t, t0 = wall(), clock()
+        try:
+            hits = run(q, k, ef, threads)
+        except BaseException as exc:
+            t1 = clock()
+            log.add(_OneCall(t, t1 - t0, gen, (None, None, k, None, None, None, "dense"), [],
+                             f"{type(exc).__name__}: {exc}"), t1)
+            raise
+        if hits is None:
+            return None  # not a call for the fast path: the general path runs (and records) it
+        t1 = clock()
+        log.add(_OneCall(t, t1 - t0, gen, (None, None, k, None, None, None, "dense"), [[h.id for h in hits]],
+                         None), t1)
+        return hits
+    return audited_run
+
+
 def log_of(coll, cfg: dict) -> AuditLog:
     """The collection object's AuditLog for settings `cfg` (made on first use, remade if they change)."""
     log = coll.__dict__.get("_audit_log")

@@ -687,11 +687,14 @@ class Collection:
 
     def _one_query(self):
         """(snapshot, manifest, limits override, run or None): the fast path of search() for them. None
-        while the collection is closed or audits its searches (the general path records them)."""
+        while the collection is closed, or audits its searches with record_query (the general path
+        records the query); an audited fast path queues the records the general path would write."""
         snap, m, lim = self._snap, self._manifest, self._limits
         run = None
-        if not self._closed and not m.audit:
+        if not self._closed:
             run = cascade.one_query(snap, self.limits)
+            if run is not None and m.audit:  # each call it serves queued as its record (audit.audited_one)
+                run = auditing.audited_one(self, m.audit, run)
         return snap, m, lim, run
 
     def search_batch(self, vectors=None, texts=None, k: int = 10, tenant=None, groups=None, where=None, *,
