@@ -96,25 +96,10 @@ inline void quantize_direction_avx2(const float* o, size_t D, int B, uint8_t* u,
 // quantize_rotated with the AVX2 scale search where the CPU has it (scratch: 2 x D floats).
 inline QuantFactors quantize_rotated_fast(const float* r, size_t D, int B, uint8_t* u, float* scratch, Level level) {
   if (B == 1 || level == Level::Scalar || D % 8) return quantize_rotated(r, D, B, u, scratch);
-  double nn = 0;
-  for (size_t i = 0; i < D; ++i) nn += static_cast<double>(r[i]) * r[i];
-  const double nr = std::sqrt(nn);
-  for (size_t i = 0; i < D; ++i) scratch[i] = nr > 0 ? static_cast<float>(r[i] / nr) : 0.0f;
+  const double nr = unit_direction(r, D, scratch);
   double yo, yy;
   quantize_direction_avx2(scratch, D, B, u, &yo, &yy, scratch + D);
-  QuantFactors f{};
-  double su = 0;
-  for (size_t i = 0; i < D; ++i) su += u[i];
-  f.su = static_cast<float>(su);
-  if (nr > 0 && yo > 0) {
-    const double cos = yo / std::sqrt(yy);
-    f.a = static_cast<float>(nr / yo);
-    f.g = static_cast<float>(nr / cos);
-    f.h = static_cast<float>(std::max(0.0, 1.0 - cos * cos) / (D > 1 ? D - 1 : 1));
-  } else {
-    f.a = f.g = f.h = 0.0f;
-  }
-  return f;
+  return factors_of(u, D, nr, yo, yy);
 }
 
 // Rotates kRotRows rows at once (x: rows of d floats, y: rows of d floats),

@@ -110,15 +110,18 @@ inline void quantize_direction(const float* o, size_t D, int B, uint8_t* u, doub
   *yy = nn;
 }
 
-// Codes and factors of one rotated, centred vector r (D entries).
-// `add` is the metric's per-vector constant, filled in by the caller.
-inline QuantFactors quantize_rotated(const float* r, size_t D, int B, uint8_t* u, float* scratch) {
+// Writes r / |r| into out (zeros when r is 0) and returns |r|.
+inline double unit_direction(const float* r, size_t D, float* out) {
   double nn = 0;
   for (size_t i = 0; i < D; ++i) nn += static_cast<double>(r[i]) * r[i];
   const double nr = std::sqrt(nn);
-  for (size_t i = 0; i < D; ++i) scratch[i] = nr > 0 ? static_cast<float>(r[i] / nr) : 0.0f;
-  double yo, yy;
-  quantize_direction(scratch, D, B, u, &yo, &yy);
+  for (size_t i = 0; i < D; ++i) out[i] = nr > 0 ? static_cast<float>(r[i] / nr) : 0.0f;
+  return nr;
+}
+
+// The per-vector factors of codes u (D entries) of a vector of norm nr whose
+// quantised direction y = u - cB has <y, o> = yo and |y|^2 = yy.
+inline QuantFactors factors_of(const uint8_t* u, size_t D, double nr, double yo, double yy) {
   QuantFactors f{};
   double su = 0;
   for (size_t i = 0; i < D; ++i) su += u[i];
@@ -132,6 +135,15 @@ inline QuantFactors quantize_rotated(const float* r, size_t D, int B, uint8_t* u
     f.a = f.g = f.h = 0.0f;
   }
   return f;
+}
+
+// Codes and factors of one rotated, centred vector r (D entries).
+// `add` is the metric's per-vector constant, filled in by the caller.
+inline QuantFactors quantize_rotated(const float* r, size_t D, int B, uint8_t* u, float* scratch) {
+  const double nr = unit_direction(r, D, scratch);
+  double yo, yy;
+  quantize_direction(scratch, D, B, u, &yo, &yy);
+  return factors_of(u, D, nr, yo, yy);
 }
 
 // Packs D values of B bits into B planes of D/8 bytes: bit t of byte j of
