@@ -173,10 +173,13 @@ class QuantizedIndex:
             raise ValueError(f"confidence must be a finite number >= 0, got {confidence!r}")
         threads = check_threads(threads)
         q = as_vectors(queries, "queries", dim=self.dim)
-        check_cells(len(q), k * oversample, "queries x k x oversample")
+        # never more candidates than rows: a huge k x oversample over a small index would otherwise
+        # allocate (and rescore) columns of padding
+        m = min(k * oversample, max(len(self), 1)) if rescore is not None else k
+        check_cells(len(q), max(m, k), "queries x k x oversample")
         mask, ids = allow_arrays(allow, len(self))
         if rescore is not None:
-            cand, _ = self._index.search(q, k * oversample, qb, mask, ids, threads)
+            cand, _ = self._index.search(q, m, qb, mask, ids, threads)
             return self._rescore(q, cand, k, rescore, bounds)
         if not bounds:
             return self._index.search(q, k, qb, mask, ids, threads)
@@ -211,15 +214,17 @@ class QuantizedIndex:
     def _rescore(self, q, cand, k, vectors, bounds):
         if len(vectors) != len(self) or (getattr(vectors, "ndim", 2) != 2) or vectors.shape[1] != self.dim:
             raise ValueError(f"rescore must be the ({len(self)}, {self.dim}) float32 rows of this index")
-        ids = np.empty((len(q), k), dtype=np.int64)
-        scores = np.empty((len(q), k), dtype=np.float32)
-        step = 256
+        ids = np.full((len(q), k), -1, dtype=np.int64)  # columns past the candidates stay missing
+        scores = np.full((len(q), k), -np.inf, dtype=np.float32)
+        w = min(k, cand.shape[1])
+        # queries per chunk: the gathered rows of a chunk stay near 16 MB however wide the candidates
+        step = max(1, min(256, (1 << 22) // max(1, cand.shape[1] * self.dim)))
         for s in range(0, len(q), step):
             c = cand[s:s + step]
             exact = self.exact_scores(q[s:s + step], c, vectors)
             order = np.lexsort((c, -exact), axis=1)[:, :k] if c.shape[1] else np.zeros((len(c), 0), np.int64)
-            ids[s:s + step] = np.take_along_axis(c, order, axis=1)
-            scores[s:s + step] = np.take_along_axis(exact, order, axis=1)
+            ids[s:s + step, :w] = np.take_along_axis(c, order, axis=1)
+            scores[s:s + step, :w] = np.take_along_axis(exact, order, axis=1)
         ids[~np.isfinite(scores)] = -1
         return (ids, scores, scores.copy(), scores.copy()) if bounds else (ids, scores)
 
