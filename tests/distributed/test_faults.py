@@ -120,6 +120,22 @@ def _try(fn, errors):
         errors.append(exc)
 
 
+def _kill_for_good(actor, limit=30.0):
+    """ray.kill is asynchronous: a call sent right after it can still be served. Returns once the
+    actor refuses calls, so what the test asserts next is about a dead actor, not a race."""
+    ray.kill(actor, no_restart=True)
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        try:
+            ray.get(actor.ping.remote(), timeout=5)
+        except ray.exceptions.RayActorError:  # died (a timeout only means a busy machine: ask again)
+            return
+        except ray.exceptions.GetTimeoutError:
+            continue
+        time.sleep(0.05)
+    raise AssertionError(f"actor still answers {limit} s after ray.kill")
+
+
 def test_replica_set_serves_while_the_node_is_down(ray_cluster, tmp_path):
     """nodes=1: every shard in one node actor (as on a single-node ray.init), so a search phase is
     one call; its replica set (another node actor, on another Ray node) follows two commits and
@@ -152,7 +168,7 @@ def test_replica_set_serves_while_the_node_is_down(ray_cluster, tmp_path):
     after = sum(ray.get(h.ping.remote())["node_calls"] for h in (node, rep))
     assert after - before == 3  # dense: one call; BM25: statistics + search, one call each
     want_text = [(h.id, h.score) for h in got_text]
-    ray.kill(node, no_restart=True)  # down for good, and all three primaries with it
+    _kill_for_good(node)  # down for good, and all three primaries with it
     for _ in range(3):
         got = sc.search_batch(q, k=10)
         assert not got[0].partial and [[h.id for h in r] for r in got] == want
@@ -164,8 +180,8 @@ def test_replica_set_serves_while_the_node_is_down(ray_cluster, tmp_path):
     sc.commit()
     assert sc.search(x[0], k=1)[0].id in ("late", ids[0])
     assert sc.info()["rows"] == 596
-    ray.kill(sc.replicas(0)[0], no_restart=True)  # now every copy is gone
-    ray.kill(sc.primary(0), no_restart=True)
+    _kill_for_good(sc.replicas(0)[0])  # now every copy is gone
+    _kill_for_good(sc.primary(0))
     with pytest.raises(ShardUnavailableError) as exc:
         sc.search(q[0], k=10, timeout=2)
     assert sorted(exc.value.missing) == [0, 1, 2]
