@@ -8,6 +8,7 @@
 #include "vecsift/kernels/distance.hpp"
 #include "vecsift/index/flat.hpp"
 #include "vecsift/index/planner.hpp"
+#include "vecsift/io/block_checks.hpp"
 #include "vecsift/io/checksum.hpp"
 #include "vecsift/io/idle_timer.hpp"
 #include "vecsift/kernels/parallel.hpp"
@@ -231,11 +232,72 @@ py::list crc32c_impls() {
   return out;
 }
 
+// Block checks of a row file (storage/rowsums.py): the byte map of verified blocks is the caller's and
+// must be a writable uint8 array, updated in place; the caller serialises the calls that write it.
+using I64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+
+py::array_t<uint8_t> verified_map(const py::array& a) {
+  require(a.dtype().is(py::dtype::of<uint8_t>()) && a.ndim() == 1 && (a.flags() & py::array::c_style),
+          "verified must be a 1-d C-contiguous uint8 array");
+  return py::reinterpret_borrow<py::array_t<uint8_t>>(a);
+}
+
+py::array_t<int64_t> pending_blocks_py(const I64& rows, uint64_t row_bytes, uint64_t block, const py::array& verified) {
+  require(row_bytes > 0 && block > 0, "row_bytes and block must be positive");
+  auto v = verified_map(verified);
+  const std::vector<int64_t> need = pending_blocks(rows.data(), static_cast<size_t>(rows.size()), row_bytes, block,
+                                                   v.data(), static_cast<uint64_t>(v.size()));
+  py::array_t<int64_t> out(static_cast<py::ssize_t>(need.size()));
+  std::copy(need.begin(), need.end(), out.mutable_data());
+  return out;
+}
+
+py::tuple check_blocks_py(const py::buffer& data, uint64_t block, const py::array_t<uint32_t, py::array::c_style>& crcs,
+                          const I64& blocks, py::array& verified, bool stop_at_bad) {
+  require(block > 0, "block must be positive");
+  Bytes b = contiguous_bytes(data);
+  auto v = verified_map(verified);
+  require(crcs.size() == v.size(), "crcs and verified must have one entry per block");
+  const uint64_t n_blocks = static_cast<uint64_t>(v.size());
+  require(b.n <= n_blocks * block && (n_blocks == 0 || b.n > (n_blocks - 1) * block),
+          "data length does not match the number of blocks");
+  const int64_t* bl = blocks.data();
+  const size_t n = static_cast<size_t>(blocks.size());
+  for (size_t i = 0; i < n; ++i) require(bl[i] >= 0 && static_cast<uint64_t>(bl[i]) < n_blocks, "block out of range");
+  uint8_t* vm = v.mutable_data();
+  int64_t bad = -1;
+  size_t marked;
+  if (n * block < kCrcNoGilBytes) {
+    marked = check_blocks(b.p, b.n, block, crcs.data(), bl, n, vm, stop_at_bad, &bad);
+  } else {
+    py::gil_scoped_release nogil;
+    marked = check_blocks(b.p, b.n, block, crcs.data(), bl, n, vm, stop_at_bad, &bad);
+  }
+  return py::make_tuple(marked, bad);
+}
+
+py::array_t<uint32_t> crc_each_block_py(const py::buffer& data, uint64_t block) {
+  require(block > 0, "block must be positive");
+  Bytes b = contiguous_bytes(data);
+  py::array_t<uint32_t> out(static_cast<py::ssize_t>(b.n / block));
+  uint32_t* o = out.mutable_data();
+  py::gil_scoped_release nogil;
+  crc_each_block(b.p, b.n, block, o);
+  return out;
+}
+
 }  // namespace
 
 void bind_core(py::module_& m) {
   m.def("crc32c", &crc32c_py, py::arg("data"), py::arg("value") = 0,
         "CRC-32C (Castagnoli) of a contiguous buffer, continuing from value (the checksum of every vecsift file).");
+  m.def("pending_blocks", &pending_blocks_py, py::arg("rows"), py::arg("row_bytes"), py::arg("block"),
+        py::arg("verified"), "Sorted unverified blocks holding a byte of rows (negative rows skipped).");
+  m.def("check_blocks", &check_blocks_py, py::arg("data"), py::arg("block"), py::arg("crcs"), py::arg("blocks"),
+        py::arg("verified"), py::arg("stop_at_bad") = true,
+        "CRC-32C checks of blocks of data, marking the matching ones in verified: (newly marked, first bad or -1).");
+  m.def("crc_each_block", &crc_each_block_py, py::arg("data"), py::arg("block"),
+        "CRC-32C of each complete block of data (uint32 array).");
   m.def("_crc32c_impl", &crc32c_impl_py, py::arg("data"), py::arg("value"), py::arg("impl"),
         "crc32c with a named implementation: table, serial or interleaved (tests, benchmarks).");
   m.def("_crc32c_impls", &crc32c_impls, "The crc32c implementations this CPU runs, the one crc32c uses last.");

@@ -12,7 +12,7 @@ from vecsift.storage.checksum import crc32c
 from vecsift.tools.cli import main as cli
 
 OLD = os.path.join(os.path.dirname(__file__), "..", "data", "old_format")
-DIM = 96  # 384-byte rows: rows straddle the 64 KiB blocks
+DIM = 96  # 384-byte rows: rows straddle the 4 KiB blocks
 
 
 def test_incremental_sums_equal_sums_of_the_whole_region():
@@ -148,13 +148,13 @@ def test_collections_written_before_block_sums_open_search_and_say_so(tmp_path):
 
 
 def test_rows_wider_than_a_block_check_every_block_they_touch(monkeypatch):
-    monkeypatch.setattr(rowsums, "FINISH_BLOCKS", 0)  # no sweep of the last few blocks: see what is touched
-    rb, n = 100_000, 12  # each row spans two or three 64 KiB blocks
+    monkeypatch.setattr(rowsums, "FINISH_BYTES", 0)  # no sweep of the last few blocks: see what is touched
+    rb, n = 100_000, 12  # each row spans 25 or 26 blocks of 4 KiB
     data = np.random.default_rng(2).integers(0, 256, rb * n, dtype=np.uint8)
     s = rowsums.Sums()
     s.update(data)
     bad = data.copy()
-    bad[5 * rb + 70_000] ^= 1  # row 5, in block (5 * rb + 70_000) // 64 KiB
+    bad[5 * rb + 70_000] ^= 1  # row 5, in block (5 * rb + 70_000) // 4 KiB
     for rows, refused in (([4], False), ([6], False), ([5], True), ([-1, 3, 5], True)):
         c = rowsums.Checks("f", bad, rb, s)
         if refused:
@@ -167,14 +167,49 @@ def test_rows_wider_than_a_block_check_every_block_they_touch(monkeypatch):
             assert set(np.flatnonzero(c.verified)) == want
 
 
-def test_the_last_few_blocks_are_swept_once_and_a_bad_one_still_refused():
-    rb, n = 4096, 100  # 7 blocks, fewer than FINISH_BLOCKS
+@pytest.mark.parametrize("block, rows_msg", [(64 << 10, "rows 80..95"), (4 << 10, "rows 90..90")])
+def test_the_last_few_blocks_are_swept_once_and_a_bad_one_still_refused(block, rows_msg):
+    # 64 KiB: the block size of files written before 4 KiB blocks, which still open and check
+    rb, n = 4096, 100  # 7 or 100 blocks, fewer than FINISH_BYTES covers
     data = np.random.default_rng(3).integers(0, 256, rb * n, dtype=np.uint8)
-    s = rowsums.Sums()
+    s = rowsums.Sums(block=block)
     s.update(data)
-    data[90 * rb] ^= 1  # block 5
+    data[90 * rb] ^= 1  # the block of row 90
+    bad_block = 90 * rb // block
     c = rowsums.Checks("f", data, rb, s)
-    c.rows(np.array([0]))  # intact rows are served; the sweep checked the rest but block 5
-    assert c.left == 1 and not c.verified[5]
-    with pytest.raises(vecsift.CorruptIndexError, match="rows 80..95"):
+    c.rows(np.array([0]))  # intact rows are served; the sweep checked the rest but the bad block
+    assert c.left == 1 and not c.verified[bad_block]
+    with pytest.raises(vecsift.CorruptIndexError, match=rows_msg):
         c.rows(np.array([90]))
+
+
+def test_core_block_lookup_equals_a_numpy_reference():
+    from vecsift import _core
+
+    rng = np.random.default_rng(5)
+    for rb, block in ((384, 4096), (1536, 4096), (100_000, 4096), (1536, 65536)):
+        n_rows = 500
+        n_blocks = -(-n_rows * rb // block)
+        verified = (rng.random(n_blocks) < 0.5).astype(np.uint8)
+        rows = rng.integers(-3, n_rows, 64)
+        r = rows[rows >= 0]
+        want = set()
+        for x in r.tolist():
+            want |= set(range(x * rb // block, min(((x + 1) * rb - 1) // block, n_blocks - 1) + 1))
+        want = sorted(b for b in want if not verified[b])
+        assert _core.pending_blocks(rows, rb, block, verified).tolist() == want
+
+
+def test_core_block_checks_refuse_bad_arguments():
+    from vecsift import _core
+
+    data = np.zeros(10_000, np.uint8)
+    crcs = np.zeros(3, np.uint32)
+    with pytest.raises(ValueError, match="verified must be"):
+        _core.check_blocks(data, 4096, crcs, np.array([0]), np.zeros(3, bool))
+    with pytest.raises(ValueError, match="block out of range"):
+        _core.check_blocks(data, 4096, crcs, np.array([3]), np.zeros(3, np.uint8))
+    with pytest.raises(ValueError, match="data length"):
+        _core.check_blocks(data, 1024, crcs, np.array([0]), np.zeros(3, np.uint8))
+    with pytest.raises(ValueError, match="positive"):
+        _core.pending_blocks(np.array([0]), 0, 4096, np.zeros(3, np.uint8))

@@ -1,8 +1,8 @@
-"""Block checksums of a float32 row file: one CRC-32C per 64 KiB of row data, checked on first read.
+"""Block checksums of a float32 row file: one CRC-32C per 4 KiB of row data, checked on first read.
 
 The row file's whole-file checksum (its manifest entry's "crc32c") can only be checked by reading every
 row, which a search never does: it reads the few rows it rescores, through the mapping. So the data region
-(the bytes after the 64-byte header) is cut into 64 KiB blocks, the last one partial, and each has its own
+(the bytes after the 64-byte header) is cut into 4 KiB blocks (64 KiB in files written before), the last one partial, and each has its own
 CRC-32C, kept incrementally as rows are appended (`Sums`) and written at each commit that added rows as a
 framed blob, ``sums-<rowfile stem>-<rows>.bin`` (kind "rowsums"), which the row file's manifest entry names:
 ``"blocks": {"file": ..., "crc32c": <checksum of that file>}``.
@@ -20,13 +20,18 @@ import threading
 
 import numpy as np
 
+from vecsift import _core
 from vecsift.errors import CorruptIndexError
 from vecsift.storage.checksum import crc32c
 
-BLOCK_BYTES = 64 << 10
-# When this few blocks are left unverified, they are all checked at once (at most 4 MiB, a few ms warm):
-# rows that searches never touch would otherwise keep every later search paying the bitmap lookup.
-FINISH_BLOCKS = 64
+# 4 KiB blocks: a search rescoring a few scattered rows then checks (and faults in) about the pages it
+# reads anyway; 64 KiB blocks, the size of the first release of this file, made the first pass over a
+# file checksum and fault in 16 pages for every row it rescored (+7-8% CPU on the first 1,000 queries).
+# The sums file records its block size, so files written with 64 KiB blocks still open and check.
+BLOCK_BYTES = 4 << 10
+# When this few bytes of blocks are left unverified, they are all checked at once (a few ms warm): rows
+# that searches never touch would otherwise keep every later search paying the bitmap lookup.
+FINISH_BYTES = 4 << 20
 KIND = "rowsums"
 _HEAD = struct.Struct("<IQ")  # block bytes, data bytes covered
 
@@ -38,7 +43,7 @@ class Sums:
         self.block = block
         table = np.zeros(0, np.uint32) if table is None else np.asarray(table, np.uint32)
         tail = data_bytes % block
-        self.full = list(table[:-1] if tail else table)
+        self._parts = [table[:-1] if tail else table]  # uint32 arrays of complete blocks, in order
         self.tail_crc = int(table[-1]) if tail else 0
         self.tail_len = tail
         self.data_bytes = data_bytes
@@ -47,18 +52,30 @@ class Sums:
         """Continues over `data`, appended at the end of the region."""
         data = memoryview(data).cast("B")
         pos, n = 0, len(data)
-        while pos < n:
-            take = min(self.block - self.tail_len, n - pos)
-            self.tail_crc = crc32c(data[pos:pos + take], self.tail_crc)
+        if self.tail_len:  # finish the partial block first
+            take = min(self.block - self.tail_len, n)
+            self.tail_crc = crc32c(data[:take], self.tail_crc)
             self.tail_len += take
-            pos += take
+            pos = take
             if self.tail_len == self.block:
-                self.full.append(self.tail_crc)
+                self._parts.append(np.array([self.tail_crc], np.uint32))
                 self.tail_crc, self.tail_len = 0, 0
+        whole = (n - pos) // self.block * self.block
+        if whole:  # every complete block in one core call
+            self._parts.append(_core.crc_each_block(data[pos:pos + whole], self.block))
+            pos += whole
+        if pos < n:
+            self.tail_crc = crc32c(data[pos:], 0)
+            self.tail_len = n - pos
         self.data_bytes += n
 
     def table(self) -> np.ndarray:
-        return np.array(self.full + ([self.tail_crc] if self.tail_len else []), np.uint32)
+        if len(self._parts) > 1:
+            self._parts = [np.concatenate(self._parts)]
+        full = self._parts[0]
+        if not self.tail_len:
+            return full
+        return np.concatenate([full, np.array([self.tail_crc], np.uint32)])
 
     def to_bytes(self) -> bytes:
         return _HEAD.pack(self.block, self.data_bytes) + self.table().tobytes()
@@ -84,23 +101,24 @@ class Checks:
     """The blocks of the first `data_bytes` bytes of one mapped row file, each checked once, on demand.
 
     Thread-safe: any number of searches may call rows() at once; a block is marked verified only after
-    its checksum matched, under a lock, and a bitmap read without the lock can only cause a recheck.
+    its checksum matched, under a lock, and a map read without the lock can only cause a recheck. The
+    lookups and checksums run in the core (one call each), so a search's first pass pays microseconds of
+    bookkeeping, not a dozen numpy calls.
     """
 
     def __init__(self, path, data: np.ndarray, row_bytes: int, sums: Sums, inherit: "Checks | None" = None):
         self.path, self.row_bytes, self.block = path, row_bytes, sums.block
         self.data = data  # uint8 view of the data region of the mapping
-        self.crcs = sums.table()
-        self.verified = np.zeros(len(self.crcs), bool)
+        self.crcs = np.ascontiguousarray(sums.table(), np.uint32)
+        self.verified = np.zeros(len(self.crcs), np.uint8)  # 1 = checked and matched
         if inherit is not None and inherit.block == self.block:
             # complete blocks of an earlier commit hold the same bytes; its partial last block does not
             whole = min(len(inherit.data) // self.block, len(self.crcs))
             self.verified[:whole] = inherit.verified[:whole]
-        self.left = int((~self.verified).sum())
+        self.left = int(len(self.verified) - np.count_nonzero(self.verified))
+        self._finish = FINISH_BYTES // self.block
         self._swept = False
         self._lock = threading.Lock()
-        span = -(-row_bytes // self.block) + 1  # most blocks one row can touch
-        self._span = np.arange(span, dtype=np.int64)
 
     @property
     def done(self) -> bool:
@@ -110,46 +128,29 @@ class Checks:
         """Checks every block holding a byte of `rows` (any int array; negative entries are padding)."""
         if self.left == 0:
             return
-        r = np.asarray(rows, np.int64).ravel()
-        r = r[r >= 0]
-        if r.size == 0:
-            return
-        first = r * self.row_bytes // self.block
-        last = ((r + 1) * self.row_bytes - 1) // self.block
-        if len(self._span) == 2:
-            blocks = np.concatenate([first, last])
-        else:
-            blocks = (first[:, None] + self._span[None, :])
-            blocks = blocks[blocks <= last[:, None]]
-        blocks = blocks[blocks < len(self.crcs)]  # rows past the commit are the caller's bug, not ours
-        need = blocks[~self.verified[blocks]]
+        need = _core.pending_blocks(np.asarray(rows).ravel(), self.row_bytes, self.block, self.verified)
         if need.size:
-            self._check(np.unique(need))
-        if 0 < self.left <= FINISH_BLOCKS and not self._swept:
+            self._check(need)
+        if 0 < self.left <= self._finish and not self._swept:
             # once: the few blocks left; a failing one stays unverified, so reading it raises then
             self._swept = True
-            self._check(np.flatnonzero(~self.verified), strict=False)
+            self._check(np.flatnonzero(self.verified == 0), strict=False)
 
     def all(self) -> None:
         """Checks every block not yet checked (a whole-file pass: compaction, exact scans of everything)."""
         if self.left:
-            self._check(np.flatnonzero(~self.verified))
+            self._check(np.flatnonzero(self.verified == 0))
 
     def _check(self, blocks, strict: bool = True) -> None:
         with self._lock:
-            for b in blocks.tolist():
-                if self.verified[b]:
-                    continue
-                lo = b * self.block
-                hi = min(lo + self.block, len(self.data))
-                if crc32c(self.data[lo:hi]) != int(self.crcs[b]):
-                    if not strict:
-                        continue
-                    raise CorruptIndexError(
-                        f"{self.path}: rows {lo // self.row_bytes}..{(hi - 1) // self.row_bytes} fail their "
-                        f"block checksum (block {b}, bytes {lo}..{hi - 1} after the header)")
-                self.verified[b] = True
-                self.left -= 1
+            marked, bad = _core.check_blocks(self.data, self.block, self.crcs, blocks, self.verified, strict)
+            self.left -= marked
+        if bad >= 0 and strict:
+            lo = bad * self.block
+            hi = min(lo + self.block, len(self.data))
+            raise CorruptIndexError(
+                f"{self.path}: rows {lo // self.row_bytes}..{(hi - 1) // self.row_bytes} fail their "
+                f"block checksum (block {bad}, bytes {lo}..{hi - 1} after the header)")
 
 
 class CheckedRows(np.ndarray):
@@ -195,10 +196,12 @@ def verify_region(path, fd, offset: int, data_bytes: int, sums: Sums, crc_fn):
         if os.preadv(fd, [mv], offset + pos) != want:
             raise CorruptIndexError(f"{path}: file is truncated")
         whole = crc_fn(mv, whole)
-        for lo in range(0, want, sums.block):
-            if b < len(table) and crc32c(mv[lo:lo + sums.block]) != int(table[b]):
-                bad.append(b)
-            b += 1
+        got = _core.crc_each_block(mv, sums.block)
+        if want % sums.block:  # the region's short last block
+            got = np.append(got, np.uint32(crc32c(mv[want - want % sums.block:])))
+        ref = table[b:b + len(got)]
+        bad.extend((b + np.flatnonzero(got[:len(ref)] != ref)).tolist())
+        b += len(got)
         pos += want
     return whole, bad
 
