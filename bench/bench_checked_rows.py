@@ -9,7 +9,7 @@ time (by then the blocks are verified: the steady state). Reported: median QPS o
 of the per-round checked/unchecked ratios.
 
     flock /tmp/vecsift-bench.lock python bench/bench_checked_rows.py --rounds 5
-    flock /tmp/vecsift-bench.lock python bench/bench_checked_rows.py --rounds 5 --crc serial   # the old CRC
+    flock /tmp/vecsift-bench.lock python bench/bench_checked_rows.py --rounds 5 --block 65536  # the old blocks
     flock /tmp/vecsift-bench.lock python bench/bench_checked_rows.py --hnsw-dir DIR   # first-search cost
 """
 from __future__ import annotations
@@ -85,20 +85,19 @@ def main(argv=None) -> int:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--turn", type=int, default=50, help="queries per turn of each collection")
     ap.add_argument("--dir", default=None, help="reuse / keep the collection here")
-    ap.add_argument("--crc", default=None, choices=("table", "serial", "interleaved"),
-                    help="check the blocks with this CRC-32C implementation of the core (default: the best; "
-                    "serial is the one stream of the SSE4.2 instruction used before the interleaved one)")
+    ap.add_argument("--block", type=int, default=None,
+                    help="write the collection with this block size (default: the library's; 65536 is the "
+                    "size of the first release's files)")
     ap.add_argument("--hnsw-dir", help="also time the first search of a read-only hnsw collection (which "
                     "reads the mapped graph in full first) against the next ones, and exit")
     args = ap.parse_args(argv)
     import vecsift
 
-    if args.crc:
-        from vecsift import _core
+    if args.block:
         from vecsift.storage import rowsums
 
-        rowsums.crc32c = lambda data, value=0: _core._crc32c_impl(data, value, args.crc)
-        print(f"block checks with the {args.crc} CRC-32C")
+        rowsums.BLOCK_BYTES = args.block
+        print(f"row files written with {args.block}-byte blocks")
 
     if args.hnsw_dir:
         return first_hnsw_search(args.hnsw_dir, args.k)
@@ -145,14 +144,14 @@ def main(argv=None) -> int:
             ratios[p].append(spent["unchecked"] / spent["checked"])
             cpu_ratios[p].append(cpu["unchecked"] / cpu["checked"])
         checks = cols["checked"].snapshot().vectors.checks
-        left, total = checks.left, len(checks.crcs)
+        left, total, block = checks.left, len(checks.crcs), checks.block
         if r == 0:
             ident = all([h.id for h in cols["checked"].search(q, k=args.k)] ==
                         [h.id for h in cols["unchecked"].search(q, k=args.k)] for q in queries[:100])
         for c in cols.values():
             c.close()
     print(f"{args.rows} x {base.shape[1]} bq, {args.queries} queries one at a time, k={args.k}, {args.rounds} "
-          f"rounds, turns of {args.turn} queries; blocks left unverified after a round: {left} of {total}")
+          f"rounds, turns of {args.turn} queries; blocks of {block} bytes left unverified after a round: {left} of {total}")
     print(f"{'pass':<28}{'unchecked':>10}{'checked':>10}{'ratio':>8}{'drop':>8}   (QPS medians; ratio: median "
           f"of per-round checked/unchecked)")
     for p, label in (("first", "first pass after open"), ("second", "second pass (steady state)")):
@@ -173,7 +172,7 @@ def main(argv=None) -> int:
         c.snapshot().vectors.checks.all()
         costs.append(time.perf_counter() - t0)
         c.close()
-    mb = total * 64 / 1024
+    mb = total * block / 2**20
     print(f"checking every block once (the most a process ever pays per file): {1e3 * statistics.median(costs):.0f} ms "
           f"for {mb:.0f} MiB (page cache warm, median of 3)")
     print("per-round ratios, wall:", {p: [round(v, 3) for v in vs] for p, vs in ratios.items()})

@@ -12,7 +12,7 @@ from vecsift.storage.checksum import crc32c
 from vecsift.tools.cli import main as cli
 
 OLD = os.path.join(os.path.dirname(__file__), "..", "data", "old_format")
-DIM = 96  # 384-byte rows: rows straddle the 4 KiB blocks
+DIM = 96  # 384-byte rows: rows straddle the blocks
 
 
 def test_incremental_sums_equal_sums_of_the_whole_region():
@@ -149,12 +149,12 @@ def test_collections_written_before_block_sums_open_search_and_say_so(tmp_path):
 
 def test_rows_wider_than_a_block_check_every_block_they_touch(monkeypatch):
     monkeypatch.setattr(rowsums, "FINISH_BYTES", 0)  # no sweep of the last few blocks: see what is touched
-    rb, n = 100_000, 12  # each row spans 25 or 26 blocks of 4 KiB
+    rb, n = 100_000, 12  # each row spans two or three 64 KiB blocks
     data = np.random.default_rng(2).integers(0, 256, rb * n, dtype=np.uint8)
     s = rowsums.Sums()
     s.update(data)
     bad = data.copy()
-    bad[5 * rb + 70_000] ^= 1  # row 5, in block (5 * rb + 70_000) // 4 KiB
+    bad[5 * rb + 70_000] ^= 1  # row 5, in block (5 * rb + 70_000) // 64 KiB
     for rows, refused in (([4], False), ([6], False), ([5], True), ([-1, 3, 5], True)):
         c = rowsums.Checks("f", bad, rb, s)
         if refused:
@@ -169,7 +169,7 @@ def test_rows_wider_than_a_block_check_every_block_they_touch(monkeypatch):
 
 @pytest.mark.parametrize("block, rows_msg", [(64 << 10, "rows 80..95"), (4 << 10, "rows 90..90")])
 def test_the_last_few_blocks_are_swept_once_and_a_bad_one_still_refused(block, rows_msg):
-    # 64 KiB: the block size of files written before 4 KiB blocks, which still open and check
+    # any block size a sums file records opens and checks (64 KiB is the default)
     rb, n = 4096, 100  # 7 or 100 blocks, fewer than FINISH_BYTES covers
     data = np.random.default_rng(3).integers(0, 256, rb * n, dtype=np.uint8)
     s = rowsums.Sums(block=block)

@@ -1,8 +1,8 @@
-"""Block checksums of a float32 row file: one CRC-32C per 4 KiB of row data, checked on first read.
+"""Block checksums of a float32 row file: one CRC-32C per 64 KiB of row data, checked on first read.
 
 The row file's whole-file checksum (its manifest entry's "crc32c") can only be checked by reading every
 row, which a search never does: it reads the few rows it rescores, through the mapping. So the data region
-(the bytes after the 64-byte header) is cut into 4 KiB blocks (64 KiB in files written before), the last one partial, and each has its own
+(the bytes after the 64-byte header) is cut into 64 KiB blocks (the sums file records the size), the last one partial, and each has its own
 CRC-32C, kept incrementally as rows are appended (`Sums`) and written at each commit that added rows as a
 framed blob, ``sums-<rowfile stem>-<rows>.bin`` (kind "rowsums"), which the row file's manifest entry names:
 ``"blocks": {"file": ..., "crc32c": <checksum of that file>}``.
@@ -24,11 +24,11 @@ from vecsift import _core
 from vecsift.errors import CorruptIndexError
 from vecsift.storage.checksum import crc32c
 
-# 4 KiB blocks: a search rescoring a few scattered rows then checks (and faults in) about the pages it
-# reads anyway; 64 KiB blocks, the size of the first release of this file, made the first pass over a
-# file checksum and fault in 16 pages for every row it rescored (+7-8% CPU on the first 1,000 queries).
-# The sums file records its block size, so files written with 64 KiB blocks still open and check.
-BLOCK_BYTES = 4 << 10
+# 64 KiB blocks. 4 KiB blocks (one page: a first pass then checks about the pages it reads anyway) were
+# measured too and were no cheaper (bench/bench_checked_rows.py, 100k x 384 bq, first pass after open:
+# -3.7% QPS with 4 KiB, -2.5% with 64 KiB, page cache warm): the cost was the per-call bookkeeping, which
+# now runs in the core. The sums file records its block size, so either opens and checks.
+BLOCK_BYTES = 64 << 10
 # When this few bytes of blocks are left unverified, they are all checked at once (a few ms warm): rows
 # that searches never touch would otherwise keep every later search paying the bitmap lookup.
 FINISH_BYTES = 4 << 20
@@ -39,10 +39,10 @@ _HEAD = struct.Struct("<IQ")  # block bytes, data bytes covered
 class Sums:
     """CRC-32C of each block of a growing data region: complete blocks plus the running tail."""
 
-    def __init__(self, table=None, data_bytes: int = 0, block: int = BLOCK_BYTES):
-        self.block = block
+    def __init__(self, table=None, data_bytes: int = 0, block: int | None = None):
+        self.block = BLOCK_BYTES if block is None else block
         table = np.zeros(0, np.uint32) if table is None else np.asarray(table, np.uint32)
-        tail = data_bytes % block
+        tail = data_bytes % self.block
         self._parts = [table[:-1] if tail else table]  # uint32 arrays of complete blocks, in order
         self.tail_crc = int(table[-1]) if tail else 0
         self.tail_len = tail
