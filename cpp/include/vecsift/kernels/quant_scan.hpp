@@ -208,6 +208,82 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_plane_avx512(const
   }
 }
 
+// Tables of bytes j and j+1 of pass g, as one zmm: [T_j, T_j, T_j+1, T_j+1] by 128-bit lane.
+__attribute__((target("avx512f,avx512bw"))) inline void quant_tables_avx512(const uint8_t* t, __m512i& l, __m512i& h) {
+  l = _mm512_mask_blend_epi64(0xF0, _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t))),
+                              _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 32))));
+  h = _mm512_mask_blend_epi64(0xF0,
+                              _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 16))),
+                              _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t + 48))));
+}
+
+// All B planes of a block at once (B <= 4). The tables depend on the byte and the pass, not the plane,
+// so each is built once per byte pair and shared by every plane, and four bytes' values (<= 240) are
+// summed as u8 before the u16 counters take them: half the counter work of the plane-at-a-time kernel
+// and 1/B of its table loads. The same integers per (plane, pass) as quant_plane_avx512.
+template <int B, int P>
+__attribute__((target("avx512f,avx512bw"))) inline void quant_block_avx512(const uint8_t* blk, const uint8_t* luts,
+                                                                           size_t J, __m256i* acc) {
+  const __m512i nib = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
+  __m512i T[B][P], O[B][P];
+  for (int p = 0; p < B; ++p)
+    for (int g = 0; g < P; ++g) T[p][g] = O[p][g] = zero;
+  const size_t plane = J * kQuantBlockRows;
+  size_t j = 0;
+  for (; j + 4 <= J; j += 4) {
+    __m512i L0[P], H0[P], L1[P], H1[P];
+    for (int g = 0; g < P; ++g) {
+      const uint8_t* t = luts + static_cast<size_t>(g) * J * 32 + j * 32;
+      quant_tables_avx512(t, L0[g], H0[g]);
+      quant_tables_avx512(t + 64, L1[g], H1[g]);
+    }
+    for (int p = 0; p < B; ++p) {
+      const uint8_t* src = blk + p * plane + j * 32;
+      const __m512i d0 = _mm512_loadu_si512(src), d1 = _mm512_loadu_si512(src + 64);
+      const __m512i n0l = _mm512_and_si512(d0, nib), n0h = _mm512_and_si512(_mm512_srli_epi16(d0, 4), nib);
+      const __m512i n1l = _mm512_and_si512(d1, nib), n1h = _mm512_and_si512(_mm512_srli_epi16(d1, 4), nib);
+      for (int g = 0; g < P; ++g) {
+        __m512i v = _mm512_add_epi8(_mm512_shuffle_epi8(L0[g], n0l), _mm512_shuffle_epi8(H0[g], n0h));
+        v = _mm512_add_epi8(v, _mm512_add_epi8(_mm512_shuffle_epi8(L1[g], n1l), _mm512_shuffle_epi8(H1[g], n1h)));
+        T[p][g] = _mm512_add_epi16(T[p][g], v);
+        O[p][g] = _mm512_add_epi16(O[p][g], _mm512_srli_epi16(v, 8));
+      }
+    }
+  }
+  if (j < J) {  // J % 4 == 2: the last byte pair alone
+    __m512i L[P], H[P];
+    for (int g = 0; g < P; ++g) quant_tables_avx512(luts + static_cast<size_t>(g) * J * 32 + j * 32, L[g], H[g]);
+    for (int p = 0; p < B; ++p) {
+      const __m512i d = _mm512_loadu_si512(blk + p * plane + j * 32);
+      const __m512i nl = _mm512_and_si512(d, nib), nh = _mm512_and_si512(_mm512_srli_epi16(d, 4), nib);
+      for (int g = 0; g < P; ++g) {
+        const __m512i v = _mm512_add_epi8(_mm512_shuffle_epi8(L[g], nl), _mm512_shuffle_epi8(H[g], nh));
+        T[p][g] = _mm512_add_epi16(T[p][g], v);
+        O[p][g] = _mm512_add_epi16(O[p][g], _mm512_srli_epi16(v, 8));
+      }
+    }
+  }
+  for (int p = 0; p < B; ++p)
+    for (int g = 0; g < P; ++g) {
+      const __m256i t = _mm256_add_epi16(_mm512_castsi512_si256(T[p][g]), _mm512_extracti64x4_epi64(T[p][g], 1));
+      const __m256i o = _mm256_add_epi16(_mm512_castsi512_si256(O[p][g]), _mm512_extracti64x4_epi64(O[p][g], 1));
+      const __m256i E = _mm256_sub_epi16(t, _mm256_slli_epi16(o, 8));
+      quant_fold_avx2(_mm256_unpacklo_epi16(E, o), _mm256_unpackhi_epi16(E, o), p + 4 * g, acc);
+    }
+}
+
+template <int P>
+__attribute__((target("avx512f,avx512bw"))) inline bool quant_block_avx512_any(int bits, const uint8_t* blk,
+                                                                               const uint8_t* luts, size_t J,
+                                                                               __m256i* acc) {
+  switch (bits) {
+    case 1: quant_block_avx512<1, P>(blk, luts, J, acc); return true;
+    case 2: quant_block_avx512<2, P>(blk, luts, J, acc); return true;
+    case 4: quant_block_avx512<4, P>(blk, luts, J, acc); return true;
+    default: return false;
+  }
+}
+
 template <class Sink>
 __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const QuantBlocks& s, const uint8_t* luts,
                                                                           int passes, size_t b0, size_t b1,
@@ -219,7 +295,9 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const 
     if (!mask) continue;
     const uint8_t* blk = s.data + b * s.block_stride();
     __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int p = 0; p < s.bits; ++p) {
+    const bool done = passes == 2 ? quant_block_avx512_any<2>(s.bits, blk, luts, J, acc)
+                                  : quant_block_avx512_any<1>(s.bits, blk, luts, J, acc);
+    for (int p = 0; !done && p < s.bits; ++p) {  // 8 planes: too many counters for one pass over the block
       const uint8_t* src = blk + p * J * kQuantBlockRows;
       if (passes == 2)
         quant_plane_avx512<2>(src, luts, J, p, acc);
