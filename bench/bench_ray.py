@@ -13,7 +13,9 @@ run, interleaved per query, medians:
   also       : the same 3 shards searched by the node actor on 3 threads (node_threads=3), and
                with one node actor per shard (nodes=3: the layout before node actors); the
                floors: one call carrying a search's request and answer bytes, and a trivial
-               3-actor fan-out (what one actor per shard pays before a shard does any work)
+               3-actor fan-out (what one actor per shard pays before a shard does any work), and the
+               local Collection's own search served by an actor (a copy of its directory opened read-only
+               there; no sharding code): what any search through one Ray call costs
 
 then the CPU time each kind of call costs, summed over every process of the Ray session (driver,
 raylet, GCS, workers; from /proc through psutil), with the cores the machine gave us meanwhile
@@ -111,6 +113,14 @@ def main():
         def echo(self, req, answer):
             return answer
 
+    @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
+    class Served:  # one Collection searched inside an actor: the floor of any search served by Ray
+        def __init__(self, path):
+            self.col = vecsift.open(path, readonly=True)
+
+        def search(self, v):
+            return [(h.id, h.score) for h in self.col.search(v, k=10)]
+
     noop = Noop.remote()
     fan = [Noop.remote() for _ in range(3)]
     ray.get([a.noop.remote() for a in [noop] + fan])
@@ -122,6 +132,9 @@ def main():
         sc.commit()
         shards[n] = sc
         print(f"{n}-shard collection built in {time.perf_counter() - t:.1f} s")
+    shutil.copytree(os.path.join(tmp, "local"), os.path.join(tmp, "local-actor"), ignore=shutil.ignore_patterns("LOCK"))
+    served = Served.remote(os.path.join(tmp, "local-actor"))
+    ray.get(served.search.remote(q[0]))
     sc3 = shards[3]
     sc3.close()  # copies of its directory, opened with other node layouts (the CLUSTER names no placement)
     for name in ("threads", "pershard"):
@@ -144,6 +157,7 @@ def main():
         "3-shard search": lambda v: sc3.search(v, k=10),
         "3-shard, node_threads=3": lambda v: sc3t.search(v, k=10),
         "3-shard, nodes=3 (actor/shard)": lambda v: sc3a.search(v, k=10),
+        "local Collection in an actor": lambda v: ray.get(served.search.remote(v)),
         "trivial actor call": lambda v: ray.get(noop.noop.remote()),
         "1 call, search's bytes": lambda v: ray.get(noop.echo.remote(req, answer)),
         "trivial 3-actor fan-out": lambda v: ray.get([a.noop.remote() for a in fan]),
@@ -175,7 +189,7 @@ def main():
     n_calls = len(times["local Collection"])
     print(f"  overhead p50 {over:.3f} ms = {over / rt:.2f} x the round trip (bar <= 1.5): 3 shards in one node "
           f"actor, searched one after the other")
-    for name in ("3-shard, node_threads=3", "3-shard, nodes=3 (actor/shard)"):
+    for name in ("3-shard, node_threads=3", "3-shard, nodes=3 (actor/shard)", "local Collection in an actor"):
         o = p50[name] - p50["local Collection"]
         print(f"  {name}: overhead p50 {o:.3f} ms = {o / rt:.2f} x the round trip")
     print("  same top-10 as local: " + ", ".join(f"{name} {v}/{n_calls}" for name, v in ok.items()))
