@@ -13,7 +13,9 @@ run, interleaved per query, medians:
   also       : the same 3 shards searched by the node actor on 3 threads (node_threads=3), and
                with one node actor per shard (nodes=3: the layout before node actors); the
                floors: one call carrying a search's request and answer bytes, and a trivial
-               3-actor fan-out (what one actor per shard pays before a shard does any work)
+               3-actor fan-out (what one actor per shard pays before a shard does any work), and the
+               local Collection's own search served by an actor (a copy of its directory opened read-only
+               there, pickled bytes in and out; no sharding code): what any search through one Ray call costs
 
 then the CPU time each kind of call costs, summed over every process of the Ray session (driver,
 raylet, GCS, workers; from /proc through psutil), with the cores the machine gave us meanwhile
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import shutil
 import signal
 import tempfile
@@ -111,6 +114,14 @@ def main():
         def echo(self, req, answer):
             return answer
 
+    @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
+    class Served:  # one Collection searched inside an actor: the floor of any search served by Ray
+        def __init__(self, path):
+            self.col = vecsift.open(path, readonly=True)
+
+        def search(self, b):  # bytes in and out, as a node actor's call (a numpy argument costs Ray more)
+            return pickle.dumps([(h.id, h.score) for h in self.col.search(pickle.loads(b), k=10)], protocol=5)
+
     noop = Noop.remote()
     fan = [Noop.remote() for _ in range(3)]
     ray.get([a.noop.remote() for a in [noop] + fan])
@@ -122,6 +133,9 @@ def main():
         sc.commit()
         shards[n] = sc
         print(f"{n}-shard collection built in {time.perf_counter() - t:.1f} s")
+    shutil.copytree(os.path.join(tmp, "local"), os.path.join(tmp, "local-actor"), ignore=shutil.ignore_patterns("LOCK"))
+    served = Served.remote(os.path.join(tmp, "local-actor"))
+    ray.get(served.search.remote(pickle.dumps(q[0], protocol=5)))
     sc3 = shards[3]
     sc3.close()  # copies of its directory, opened with other node layouts (the CLUSTER names no placement)
     for name in ("threads", "pershard"):
@@ -144,6 +158,7 @@ def main():
         "3-shard search": lambda v: sc3.search(v, k=10),
         "3-shard, node_threads=3": lambda v: sc3t.search(v, k=10),
         "3-shard, nodes=3 (actor/shard)": lambda v: sc3a.search(v, k=10),
+        "local Collection in an actor": lambda v: pickle.loads(ray.get(served.search.remote(pickle.dumps(v, protocol=5)))),
         "trivial actor call": lambda v: ray.get(noop.noop.remote()),
         "1 call, search's bytes": lambda v: ray.get(noop.echo.remote(req, answer)),
         "trivial 3-actor fan-out": lambda v: ray.get([a.noop.remote() for a in fan]),
@@ -175,7 +190,7 @@ def main():
     n_calls = len(times["local Collection"])
     print(f"  overhead p50 {over:.3f} ms = {over / rt:.2f} x the round trip (bar <= 1.5): 3 shards in one node "
           f"actor, searched one after the other")
-    for name in ("3-shard, node_threads=3", "3-shard, nodes=3 (actor/shard)"):
+    for name in ("3-shard, node_threads=3", "3-shard, nodes=3 (actor/shard)", "local Collection in an actor"):
         o = p50[name] - p50["local Collection"]
         print(f"  {name}: overhead p50 {o:.3f} ms = {o / rt:.2f} x the round trip")
     print("  same top-10 as local: " + ", ".join(f"{name} {v}/{n_calls}" for name, v in ok.items()))

@@ -30,6 +30,7 @@ from vecsift.distributed.txnlog import TxnLog
 _APPEND_ONLY = (".f32",)  # row files grow in place; everything else is immutable by name
 _CHUNK = 8 << 20
 _OWN = ("LOCK", "MANIFEST", "REPLICA")  # not copied as ordinary files
+_ONE_QUERY_OPTS = frozenset({"threads", "ef"})  # the options search() takes on its fast path
 
 
 def _open_writer(path, create_args):
@@ -78,6 +79,10 @@ class _Serving:
         if col is None:
             return self.gen, None
         if texts is None:
+            if len(vectors) == 1 and all(v is None for v in scope.values()) and opts.keys() <= _ONE_QUERY_OPTS:
+                # one query, no filter: Collection.search's single-query fast path (what a local search
+                # takes; it falls back to the general path by itself whenever it does not apply)
+                return self.gen, [pack_hits(col.search(vectors[0], k=k, **opts))]
             per_query = col.search_batch(vectors, k=k, mode="dense", **scope, **opts)
         else:
             qs, stats = texts
