@@ -197,6 +197,9 @@ class QuantizedIndex {
     parallel_for(nq, nq >= 64 ? threads : 1, [&](size_t i) {
       qs[i] = make_query(queries + i * dim_, qbits, level);
       est[i] = estimator(qs[i]);
+      // Built once per query rather than per chunk; a large batch builds them per chunk (7 KiB a query
+      // at 448 dims and 8-bit queries would add up).
+      if (nq <= 256) quant_wide_tables(level, qs[i].luts.data(), J_, qs[i].passes(), qs[i].wide);
     });
     const QuantBlocks blocks = view(allow);
     const size_t nblocks = blocks.nblocks;
@@ -210,7 +213,8 @@ class QuantizedIndex {
     std::vector<Top> tops;
     auto scan = [&](size_t q, size_t b0, size_t b1, Top& top) {
       Sink sink{top, QuantScoreArgs{factors_a_.data(), factors_su_.data(), factors_add_.data(), est[q]}};
-      quant_sums(level, blocks, qs[q].luts.data(), qs[q].passes(), b0, b1, sink);
+      quant_sums(level, blocks, qs[q].luts.data(), qs[q].passes(), b0, b1, sink,
+                 qs[q].wide.empty() ? nullptr : qs[q].wide.data());
     };
     if (nq >= threads) {
       tops.assign(nq, Top(k));

@@ -303,24 +303,35 @@ __attribute__((target("avx512f,avx512bw"))) inline bool quant_block_avx512_any(i
   }
 }
 
+// The zmm tables of a query for AVX-512 scans (passes x J x 64 bytes), built once per query by callers
+// that scan many chunks; empty at other levels.
+inline void quant_wide_tables(Level level, const uint8_t* luts, size_t J, int passes, std::vector<uint8_t>& wide) {
+  wide.clear();
+  if (level != Level::AVX512) return;
+  wide.resize(static_cast<size_t>(passes) * J * 64);
+  quant_wide_tables_avx512(luts, J, passes, wide.data());
+}
+
+// wide: the query's quant_wide_tables, or null to build them here.
 template <class Sink>
 __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const QuantBlocks& s, const uint8_t* luts,
                                                                           int passes, size_t b0, size_t b1,
-                                                                          Sink& sink) {
+                                                                          Sink& sink, const uint8_t* wide) {
   const size_t J = s.J;
   alignas(64) uint32_t S[kQuantBlockRows];
-  std::vector<uint8_t> wide;
-  if (s.bits <= 4) {
-    wide.resize(static_cast<size_t>(passes) * J * 64);
-    quant_wide_tables_avx512(luts, J, passes, wide.data());
+  std::vector<uint8_t> own;
+  if (s.bits <= 4 && !wide) {
+    own.resize(static_cast<size_t>(passes) * J * 64);
+    quant_wide_tables_avx512(luts, J, passes, own.data());
+    wide = own.data();
   }
   for (size_t b = b0; b < b1; ++b) {
     const uint32_t mask = s.lane_mask(b);
     if (!mask) continue;
     const uint8_t* blk = s.data + b * s.block_stride();
     __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-    const bool done = passes == 2 ? quant_block_avx512_any<2>(s.bits, blk, wide.data(), J, acc)
-                                  : quant_block_avx512_any<1>(s.bits, blk, wide.data(), J, acc);
+    const bool done = passes == 2 ? quant_block_avx512_any<2>(s.bits, blk, wide, J, acc)
+                                  : quant_block_avx512_any<1>(s.bits, blk, wide, J, acc);
     for (int p = 0; !done && p < s.bits; ++p) {  // 8 planes: too many counters for one pass over the block
       const uint8_t* src = blk + p * J * kQuantBlockRows;
       if (passes == 2)
@@ -335,9 +346,9 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const 
 
 template <class Sink>
 inline void quant_sums(Level level, const QuantBlocks& s, const uint8_t* luts, int passes, size_t b0, size_t b1,
-                       Sink& sink) {
+                       Sink& sink, const uint8_t* wide = nullptr) {
   switch (level) {
-    case Level::AVX512: return quant_sums_avx512(s, luts, passes, b0, b1, sink);
+    case Level::AVX512: return quant_sums_avx512(s, luts, passes, b0, b1, sink, wide);
     case Level::AVX2: return quant_sums_avx2(s, luts, passes, b0, b1, sink);
     default: return quant_sums_scalar(s, luts, passes, b0, b1, sink);
   }
