@@ -353,7 +353,12 @@ class IVFQuantSearcher {
     sc.lq.resize(v_.ncentres);
     const bool per_list = v_.ncentres > 1;
     QuantEstimator e{};
-    if (!per_list) prepare_centre(0, q, sc, p, e);
+    // The AVX-512 scan's tables, once per query (or per list when the query is per list), not per list call.
+    auto prepare = [&](size_t c) {
+      prepare_centre(c, q, sc, p, e);
+      quant_wide_tables(level_, sc.query.luts.data(), v_.J, sc.query.passes(), sc.query.wide);
+    };
+    if (!per_list) prepare(0);
 
     TopK<float> top(ncand);
     const size_t stride = v_.block_stride(), nslots = v_.nslots();
@@ -375,12 +380,13 @@ class IVFQuantSearcher {
       ++st.lists;
       if (!allowed) continue;
       seen += allowed;
-      if (per_list) prepare_centre(l, q, sc, p, e);
+      if (per_list) prepare(l);
       const QuantBlocks blocks{v_.codes + b0 * stride, v_.bits, v_.J, b1 - b0, quant_last_mask(size),
                                allow ? sc.lanes.data() + b0 : nullptr};
       const size_t slot0 = b0 * kQuantBlockRows;
       Sink sink{top, QuantScoreArgs{fa + slot0, fsu + slot0, fadd + slot0, e}, slot0};
-      quant_sums(level_, blocks, sc.query.luts.data(), sc.query.passes(), 0, b1 - b0, sink);
+      quant_sums(level_, blocks, sc.query.luts.data(), sc.query.passes(), 0, b1 - b0, sink,
+                 sc.query.wide.empty() ? nullptr : sc.query.wide.data());
     }
     auto cand = top.sorted();
     finish(q, cand, sc.lq, per_list, p, ids, scores, st);
@@ -467,6 +473,7 @@ class IVFQuantSearcher {
         rotate_query(x, sc);
         sc.lq.resize(1);
         prepare_centre(0, x, sc, p, est[q]);
+        sc.query.wide.clear();  // a batch's scans build their own tables (no 7 KiB copy per query)
         qq[q] = sc.query;
         lq[q] = sc.lq;
       }
