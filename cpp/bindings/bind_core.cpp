@@ -8,6 +8,7 @@
 #include "vecsift/kernels/distance.hpp"
 #include "vecsift/index/flat.hpp"
 #include "vecsift/index/planner.hpp"
+#include "vecsift/index/rescore.hpp"
 #include "vecsift/io/block_checks.hpp"
 #include "vecsift/io/checksum.hpp"
 #include "vecsift/io/idle_timer.hpp"
@@ -118,6 +119,48 @@ py::tuple exact_search_py(const F32Array& base, const F32Array& queries, long k,
     exact_search(pb, n, d, pq, nq, static_cast<size_t>(k), m, allow ? &*allow : nullptr, nt, pi, ps, lv);
   }
   return py::make_tuple(ids, scores);
+}
+
+py::tuple rescore_py(const F32Array& rows, const F32Array& queries, const I64Array& cand, long k,
+                     const std::string& metric, long threads, int level) {
+  require_matrix(rows, "rows");
+  require_matrix(queries, "queries");
+  require_matrix(cand, "candidates");
+  const size_t n = rows.shape(0), d = rows.shape(1), nq = queries.shape(0), c = cand.shape(1);
+  require(static_cast<size_t>(queries.shape(1)) == d, "queries have dimension " + std::to_string(queries.shape(1)) +
+                                                          ", rows have " + std::to_string(d));
+  require(static_cast<size_t>(cand.shape(0)) == nq, "candidates have " + std::to_string(cand.shape(0)) +
+                                                        " rows, there are " + std::to_string(nq) + " queries");
+  require(k > 0, "k must be positive");
+  Metric m = metric_arg(metric);
+  I64Array ids({nq, static_cast<size_t>(k)});
+  F32Array scores({nq, static_cast<size_t>(k)});
+  const float *pr = rows.data(), *pq = queries.data();
+  const int64_t* pc = cand.data();
+  int64_t* pi = ids.mutable_data();
+  float* ps = scores.mutable_data();
+  Level lv = level_arg(level);
+  size_t nt = resolve_threads(threads);
+  try {
+    py::gil_scoped_release nogil;
+    rescore_candidates(pr, n, d, pq, nq, pc, c, static_cast<size_t>(k), m, nt, pi, ps, lv);
+  } catch (const std::out_of_range&) {
+    throw py::value_error("candidate rows must be below the " + std::to_string(n) + " rows given");
+  }
+  return py::make_tuple(ids, scores);
+}
+
+long bound_prune_py(I64Array& cand, const F32Array& lo, const F32Array& hi, long k) {
+  require_matrix(cand, "candidates");
+  require(lo.ndim() == 2 && hi.ndim() == 2 && lo.shape(0) == cand.shape(0) && hi.shape(0) == cand.shape(0) &&
+              lo.shape(1) == cand.shape(1) && hi.shape(1) == cand.shape(1),
+          "lower and upper bounds must have the candidates' shape");
+  require(k > 0, "k must be positive");
+  int64_t* pc = cand.mutable_data();
+  const size_t nq = cand.shape(0), c = cand.shape(1);
+  const float *pl = lo.data(), *ph = hi.data();
+  py::gil_scoped_release nogil;
+  return static_cast<long>(bound_prune(pc, pl, ph, nq, c, static_cast<size_t>(k)));
 }
 
 void binary_add_py(BinaryIndex& index, const U8Array& codes) {
@@ -331,6 +374,13 @@ void bind_core(py::module_& m) {
   m.def("exact_search", &exact_search_py, py::arg("base"), py::arg("queries"), py::arg("k"), py::arg("metric"),
         py::arg("allow_mask") = py::none(), py::arg("allow_ids") = py::none(), py::arg("threads") = 0,
         py::arg("level") = -1);
+
+  m.def("rescore", &rescore_py, py::arg("rows"), py::arg("queries"), py::arg("candidates"), py::arg("k"),
+        py::arg("metric"), py::arg("threads") = 1, py::arg("level") = -1,
+        "Exact top-k of each query among its own candidate rows (-1 = none), read in place from rows.");
+  m.def("bound_prune", &bound_prune_py, py::arg("candidates"), py::arg("lower"), py::arg("upper"), py::arg("k"),
+        "In place: candidates whose upper bound is below the k-th largest lower bound become -1; returns how "
+        "many are kept.");
 
   py::class_<BinaryIndex>(m, "BinaryIndex")
       .def(py::init<size_t>(), py::arg("dim"))

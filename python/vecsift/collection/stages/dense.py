@@ -43,15 +43,6 @@ from vecsift.storage.rowsums import check_rows
 DEFAULT_OVERSAMPLE = 16
 
 
-def _top(sc: np.ndarray, rows: np.ndarray, k: int):
-    """Best k per row of sc (ties: smaller row id); -inf scores become row -1."""
-    order = np.lexsort((rows, -sc), axis=1)[:, :k]
-    top_s = np.take_along_axis(sc, order, axis=1)
-    top_r = np.take_along_axis(rows, order, axis=1)
-    top_r[~np.isfinite(top_s)] = -1
-    return top_r, top_s
-
-
 def _pad(nq, k, top_r, top_s):
     rows_out = np.full((nq, k), -1, dtype=np.int64)
     scores_out = np.full((nq, k), -np.inf, dtype=np.float32)
@@ -60,10 +51,10 @@ def _pad(nq, k, top_r, top_s):
     return rows_out, scores_out
 
 
-def rescore(vectors: np.ndarray, queries: np.ndarray, cand: np.ndarray, k: int, metric: str):
+def rescore(vectors: np.ndarray, queries: np.ndarray, cand: np.ndarray, k: int, metric: str, threads: int = 1):
     """Exact top-k among each query's own candidate rows (-1 = none), read from `vectors` (a memmap).
 
-    Only the candidates' rows are read (one gather per block of queries), after their blocks' checksums
+    Only the candidates' rows are read, in the core (index/rescore.hpp), after their blocks' checksums
     (storage/rowsums.py: a flipped byte raises CorruptIndexError, never a different score).
     Returns (rows int64 (nq, k), scores float32 (nq, k)), ties to the smaller row.
     """
@@ -71,23 +62,10 @@ def rescore(vectors: np.ndarray, queries: np.ndarray, cand: np.ndarray, k: int, 
     if c == 0 or nq == 0:
         return _pad(nq, k, np.empty((nq, 0), np.int64), np.empty((nq, 0), np.float32))
     check_rows(vectors, cand)
-    d = vectors.shape[1]
-    block = max(1, min(nq, (32 << 20) // max(1, c * d * 4)))
-    parts_r, parts_s = [], []
-    for s in range(0, nq, block):
-        cb = cand[s:s + block]
-        valid = cb >= 0
-        x = np.asarray(vectors[np.where(valid, cb, 0).ravel()], dtype=np.float32).reshape(len(cb), c, d)
-        q = queries[s:s + len(cb)]
-        sc = np.matmul(x, q[:, :, None])[:, :, 0]
-        if metric == "l2":
-            sc = 2 * sc - np.einsum("bcd,bcd->bc", x, x) - np.einsum("bd,bd->b", q, q)[:, None]
-        sc = sc.astype(np.float32)
-        sc[~valid] = -np.inf
-        r, t = _top(sc, np.where(valid, cb, np.iinfo(np.int64).max), k)
-        parts_r.append(r)
-        parts_s.append(t)
-    return _pad(nq, k, np.concatenate(parts_r), np.concatenate(parts_s))
+    if not isinstance(vectors, np.ndarray) or vectors.dtype != np.float32 or not vectors.flags.c_contiguous:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    return _core.rescore(vectors, np.ascontiguousarray(queries, dtype=np.float32),
+                         np.ascontiguousarray(cand, dtype=np.int64), k, "l2" if metric == "l2" else "ip", threads)
 
 
 def exact_rows(vectors: np.ndarray, queries: np.ndarray, rows: np.ndarray, k: int, metric: str, threads: int = 0):

@@ -22,6 +22,7 @@ import os
 
 import numpy as np
 
+from vecsift import _core
 from vecsift.errors import CorruptIndexError
 from vecsift.index.quantised import SUPPORTED_BITS, QuantizedIndex, default_query_bits
 from vecsift.storage.checksum import file_checksum, value_of
@@ -201,12 +202,11 @@ class QuantBQDense:
         if self.p["policy"] == "bound":
             cand, est, lo, hi = self.index.search(queries, c, allow=allow, bounds=True,
                                                   confidence=self.p["confidence"], threads=threads)
-            kk = min(k, c)
-            kth_lower = np.sort(lo, axis=1)[:, ::-1][:, kk - 1:kk]
-            cand = np.where(hi >= kth_lower, cand, -1)
+            # keep a candidate when its upper bound reaches the k-th largest lower bound (in place)
+            self.rescored = _core.bound_prune(cand, lo, hi, k)
         else:
             cand, _ = self.index.search(queries, c, allow=allow, threads=threads)
-        self.rescored = int((cand >= 0).sum())
+            self.rescored = int((cand >= 0).sum())
         if stats is not None:
             stats.rescored += self.rescored
             stats.distances += self.rescored
