@@ -163,6 +163,17 @@ long bound_prune_py(I64Array& cand, const F32Array& lo, const F32Array& hi, long
   return static_cast<long>(bound_prune(pc, pl, ph, nq, c, static_cast<size_t>(k)));
 }
 
+F32Array unit_rows_py(const F32Array& x) {
+  require_matrix(x, "x");
+  const size_t n = x.shape(0), d = x.shape(1);
+  F32Array out({n, d});
+  const float* px = x.data();
+  float* po = out.mutable_data();
+  py::gil_scoped_release nogil;
+  unit_rows(px, n, d, po);
+  return out;
+}
+
 void binary_add_py(BinaryIndex& index, const U8Array& codes) {
   require_matrix(codes, "codes");
   require(static_cast<size_t>(codes.shape(1)) == index.code_bytes(),
@@ -375,6 +386,8 @@ void bind_core(py::module_& m) {
         py::arg("allow_mask") = py::none(), py::arg("allow_ids") = py::none(), py::arg("threads") = 0,
         py::arg("level") = -1);
 
+  m.def("unit_rows", &unit_rows_py, py::arg("x"),
+        "Rows scaled to unit L2 length (zero rows stay zero), as a new float32 array.");
   m.def("rescore", &rescore_py, py::arg("rows"), py::arg("queries"), py::arg("candidates"), py::arg("k"),
         py::arg("metric"), py::arg("threads") = 1, py::arg("level") = -1,
         "Exact top-k of each query among its own candidate rows (-1 = none), read in place from rows.");

@@ -82,10 +82,20 @@ def check_threads(threads) -> int:
 def unit_rows(x: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (zero rows stay zero): cosine becomes the inner product."""
     # The same sum linalg.norm computes (bit for bit), without its dispatch: a few us per query.
+    # Stored rows are normalised this way (a collection's vectors equal x / np.linalg.norm(x)).
     norms = np.sqrt(np.add.reduce(x * x, axis=1))
     if not norms.all():
         norms[norms == 0] = 1
     return x / norms[:, None]
+
+
+def unit_queries(q: np.ndarray) -> np.ndarray:
+    """unit_rows for queries, in the core: one call instead of five ufunc calls (~75 us a query with
+    cold caches right after a scan). The norm's sum is taken in double precision, so a value can
+    differ from unit_rows' in the last bit; every search path normalises queries with this one."""
+    if type(q) is np.ndarray and q.dtype == np.float32 and q.ndim == 2 and q.flags.c_contiguous:
+        return _core.unit_rows(q)
+    return unit_rows(q)
 
 
 # Result cells (queries x k, or x candidates inside an index) one call may allocate: 12 bytes each

@@ -34,3 +34,19 @@ def test_all_finite_detects_nan_and_inf():
         y = x.copy()
         y[777] = bad
         assert not _core.all_finite(y)
+
+
+def test_unit_rows_matches_numpy(rng):
+    x = rng.standard_normal((50, 384)).astype(np.float32) * 3
+    x[7] = 0  # a zero row stays zero
+    x[9] = 0
+    x[9, 5] = -2.5  # one nonzero value: exactly -1
+    got = _core.unit_rows(x)
+    norms = np.linalg.norm(x.astype(np.float64), axis=1, keepdims=True)
+    norms[norms == 0] = 1
+    np.testing.assert_allclose(got, x / norms, rtol=2e-7, atol=1e-8)
+    assert (got[7] == 0).all() and got[9, 5] == -1.0 and np.count_nonzero(got[9]) == 1
+    np.testing.assert_allclose(np.linalg.norm(got[np.arange(50) != 7], axis=1), 1.0, rtol=1e-6)
+    assert got.dtype == np.float32 and not np.shares_memory(got, x)
+    with pytest.raises(ValueError, match="2-d"):
+        _core.unit_rows(x[0])

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vecsift import _core
-from vecsift._arrays import check_k, check_threads, unit_rows
+from vecsift._arrays import check_k, check_threads, unit_queries
 from vecsift.collection.filters import rows_of
 from vecsift.collection.stages.dense import exact_rows
 from vecsift.index.planner import scan_exactly
@@ -195,11 +195,11 @@ def dense_rows(snap, q, k, allow, ef, oversample, threads, stats: SearchStats | 
             stats.path = "exact"
             stats.scanned += n_allowed * nq
             stats.distances += n_allowed * nq
-        return exact_rows(snap.vectors, unit_rows(q) if cosine else q, rows_of(allow), k, snap.metric, threads)
+        return exact_rows(snap.vectors, unit_queries(q) if cosine else q, rows_of(allow), k, snap.metric, threads)
     if stats is not None:
         stats.path = "index"
     if cosine and kind != "hnsw":  # rows are stored unit length; HNSWIndex normalises cosine queries itself
-        q = unit_rows(q)
+        q = unit_queries(q)
     with snap.lock.read():
         clip = not (allow is snap.live and snap.full and dense.size == snap.n and not dense.growing)
         return dense.search(snap.vectors, q, k, allow if clip else None, n_allowed, ef=ef,
@@ -282,7 +282,7 @@ def one_query(snap, limits):
             return None
         q2 = q.reshape(1, -1)
         if cosine:  # rows are stored unit length
-            q2 = unit_rows(q2)
+            q2 = unit_queries(q2)
         if threads == 0 and n < SINGLE_QUERY_POOL_ROWS:
             threads = 1
         with lock.read():
@@ -301,7 +301,7 @@ def exact_all(snap, q, k, allow=None):
         return _no_rows(len(q), k)
     metric = "ip" if snap.metric == "cosine" else snap.metric  # rows are stored unit length
     if snap.metric == "cosine":
-        q = unit_rows(q)
+        q = unit_queries(q)
     if allow is None and not snap.full:
         allow = snap.live
     check_all(snap.scan_vectors)  # block checksums of the rows read (storage/rowsums.py)

@@ -182,4 +182,18 @@ inline void normalize_row(float* x, size_t d) {
   }
 }
 
+// out = each row of x (n x d) over its L2 norm; zero rows stay zero. The norm is the float32 square
+// root of the double-precision sum of squares, and each value is divided by it (not multiplied by an
+// inverse), so a row of one nonzero value becomes exactly +-1.
+inline void unit_rows(const float* x, size_t n, size_t d, float* out) {
+  for (size_t r = 0; r < n; ++r) {
+    const float* a = x + r * d;
+    float* o = out + r * d;
+    double s = 0;
+    for (size_t i = 0; i < d; ++i) s += static_cast<double>(a[i]) * a[i];
+    const float norm = s > 0 ? static_cast<float>(std::sqrt(s)) : 1.0f;
+    for (size_t i = 0; i < d; ++i) o[i] = a[i] / norm;
+  }
+}
+
 }  // namespace vecsift

@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from vecsift import _core
+from vecsift.allow import allow_arrays
 from vecsift.errors import CorruptIndexError
 from vecsift.index.quantised import SUPPORTED_BITS, QuantizedIndex, default_query_bits
 from vecsift.storage.checksum import file_checksum, value_of
@@ -195,17 +196,21 @@ class QuantBQDense:
         c = max(1, min(max(k * over, self.p["min_candidates"]), n_allowed))
         if stats is not None:
             stats.codes_scanned += n_allowed * len(queries)  # the scan visits every allowed code
+        # The core's search directly: the collection has checked the queries (float32, finite, its
+        # dimension), k and threads, and its allow set is the index's rows.
+        core, qb = self.index._index, self.index.query_bits
+        mask, ids = allow_arrays(allow, len(core))
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
         if self.p["rescore"] == "none":
-            rows, scores = self.index.search(queries, min(k, c), allow=allow, threads=threads)
+            rows, scores = core.search(queries, min(k, c), qb, mask, ids, threads)
             self.rescored = 0
             return _pad_to(rows, scores, k)
         if self.p["policy"] == "bound":
-            cand, est, lo, hi = self.index.search(queries, c, allow=allow, bounds=True,
-                                                  confidence=self.p["confidence"], threads=threads)
+            cand, est, lo, hi = core.search(queries, c, qb, mask, ids, threads, -1, float(self.p["confidence"]))
             # keep a candidate when its upper bound reaches the k-th largest lower bound (in place)
             self.rescored = _core.bound_prune(cand, lo, hi, k)
         else:
-            cand, _ = self.index.search(queries, c, allow=allow, threads=threads)
+            cand, _ = core.search(queries, c, qb, mask, ids, threads)
             self.rescored = int((cand >= 0).sum())
         if stats is not None:
             stats.rescored += self.rescored
