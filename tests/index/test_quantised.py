@@ -159,6 +159,28 @@ def test_threads_and_single_queries_agree(rng):
     np.testing.assert_allclose(ix._index.centroid()[:64], xn.mean(axis=0), atol=1e-5)
 
 
+@pytest.mark.parametrize("bits", [1, 2, 4])
+def test_search_is_the_top_k_of_every_estimate_with_ties_to_the_smaller_id(bits, level, rng):
+    # Each row added three times: triples of equal estimates, so every cut of the scan's top-k
+    # (heap or buffer) has ties to break. The scan's k best must be exactly the k best of the
+    # estimates of all rows (estimate() scores each row alone, with the same floats), by score
+    # then id, at every SIMD level and for k below, at and past the row count.
+    x = clustered(rng, 700, 48)
+    x = np.repeat(x, 3, axis=0)
+    q = clustered(rng, 6, 48)
+    ix = vecsift.QuantizedIndex(48, bits=bits)
+    ix.add(x)
+    n = len(x)
+    est, _, _ = ix.estimate(q, np.broadcast_to(np.arange(n), (len(q), n)))
+    order = np.lexsort((np.broadcast_to(np.arange(n), est.shape), -est), axis=1)
+    for k in (1, 7, 40, 333, n, n + 5):
+        ids, scores = ix._index.search(q, k, ix.query_bits, None, None, 1, level)
+        w = min(k, n)
+        np.testing.assert_array_equal(ids[:, :w], order[:, :w])
+        np.testing.assert_array_equal(scores[:, :w], np.take_along_axis(est, order[:, :w], axis=1))
+        assert (ids[:, w:] == -1).all()
+
+
 def test_empty_index_and_fewer_rows_than_k(rng):
     ix = vecsift.QuantizedIndex(16)
     ids, scores = ix.search(np.ones(16), 3)

@@ -235,11 +235,7 @@ class IVFQuantSearcher {
     size_t slot0;
     void block(size_t b, uint32_t mask, const uint32_t* S, Level level) {
       alignas(32) float est[kQuantBlockRows];
-      quant_scores(level, f, b * kQuantBlockRows, S, est);
-      const float need = -top.threshold();
-      uint32_t pass = 0;
-      for (size_t l = 0; l < kQuantBlockRows; ++l) pass |= static_cast<uint32_t>(est[l] > need) << l;
-      pass &= mask;
+      uint32_t pass = quant_scores_above(level, f, b * kQuantBlockRows, S, -top.threshold(), est) & mask;
       while (pass) {
         const unsigned l = static_cast<unsigned>(__builtin_ctz(pass));
         top.push(-est[l], static_cast<int64_t>(slot0 + b * kQuantBlockRows + l));

@@ -209,7 +209,7 @@ class QuantizedIndex {
     // than reading the codes once per query.
     const size_t chunk = std::max<size_t>(1, (256 * 1024) / block_stride());
     threads = std::max<size_t>(1, std::min(threads, std::max<size_t>(1, nblocks / 64)));
-    using Top = TopK<float>;
+    using Top = TopKBuffer<float>;
     std::vector<Top> tops;
     auto scan = [&](size_t q, size_t b0, size_t b1, Top& top) {
       Sink sink{top, QuantScoreArgs{factors_a_.data(), factors_su_.data(), factors_add_.data(), est[q]}};
@@ -313,20 +313,13 @@ class QuantizedIndex {
  private:
   // Scores a block's rows and keeps those that beat the current k-th best.
   struct Sink {
-    TopK<float>& top;
+    TopKBuffer<float>& top;
     QuantScoreArgs f;
     void block(size_t b, uint32_t mask, const uint32_t* S, Level level) {
       alignas(32) float est[kQuantBlockRows];
       const size_t row0 = b * kQuantBlockRows;
-      quant_scores(level, f, row0, S, est);
       // key = -est enters when -est < threshold, i.e. est > -threshold.
-      const float need = -top.threshold();
-      // est > need, four lanes at a time (SSE, every level): false for NaN, as the scalar compare.
-      const __m128 nd = _mm_set1_ps(need);
-      uint32_t pass = 0;
-      for (size_t l = 0; l < kQuantBlockRows; l += 4)
-        pass |= static_cast<uint32_t>(_mm_movemask_ps(_mm_cmpgt_ps(_mm_load_ps(est + l), nd))) << l;
-      pass &= mask;
+      uint32_t pass = quant_scores_above(level, f, row0, S, -top.threshold(), est) & mask;
       while (pass) {
         const unsigned l = static_cast<unsigned>(__builtin_ctz(pass));
         top.push(-est[l], static_cast<int64_t>(row0 + l));

@@ -28,6 +28,8 @@
 #include <cstring>
 #include <vector>
 
+#include "vecsift/kernels/aligned.hpp"
+
 namespace vecsift {
 
 struct QuantFactors {
@@ -173,7 +175,7 @@ struct QuantQuery {
   float mq = 1;          // metric's multiplier of <r, q_r>
   std::vector<uint8_t> qu;    // D values
   std::vector<uint8_t> luts;  // passes x (D/8) x 2 x 16, see above
-  std::vector<uint8_t> wide;  // the same tables laid out for the AVX-512 scan, when a caller builds them
+  AlignedBytes wide;  // the same tables laid out for the AVX-512 scan, when a caller builds them
   int passes() const { return (bits + 3) / 4; }
 };
 

@@ -29,6 +29,7 @@
 #include <cstring>
 #include <vector>
 
+#include "vecsift/kernels/aligned.hpp"
 #include "vecsift/kernels/cpu.hpp"
 
 namespace vecsift {
@@ -305,7 +306,7 @@ __attribute__((target("avx512f,avx512bw"))) inline bool quant_block_avx512_any(i
 
 // The zmm tables of a query for AVX-512 scans (passes x J x 64 bytes), built once per query by callers
 // that scan many chunks; empty at other levels.
-inline void quant_wide_tables(Level level, const uint8_t* luts, size_t J, int passes, std::vector<uint8_t>& wide) {
+inline void quant_wide_tables(Level level, const uint8_t* luts, size_t J, int passes, AlignedBytes& wide) {
   wide.clear();
   if (level != Level::AVX512) return;
   wide.resize(static_cast<size_t>(passes) * J * 64);
@@ -319,7 +320,7 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const 
                                                                           Sink& sink, const uint8_t* wide) {
   const size_t J = s.J;
   alignas(64) uint32_t S[kQuantBlockRows];
-  std::vector<uint8_t> own;
+  AlignedBytes own;
   if (s.bits <= 4 && !wide) {
     own.resize(static_cast<size_t>(passes) * J * 64);
     quant_wide_tables_avx512(luts, J, passes, own.data());
@@ -378,6 +379,37 @@ __attribute__((target("avx2"))) inline void quant_scores_avx2(const QuantScoreAr
 inline void quant_scores(Level level, const QuantScoreArgs& f, size_t row0, const uint32_t* S, float* est) {
   if (level == Level::Scalar) return quant_scores_scalar(f, row0, S, est);
   return quant_scores_avx2(f, row0, S, est);
+}
+
+// quant_scores, and the lanes whose estimate is above `need` (est > need: false for NaN) as a bit mask.
+// At AVX2 and above the compare runs on the registers just computed (no reload of est); the
+// estimates are the same floats as quant_scores'.
+__attribute__((target("avx2"))) inline uint32_t quant_scores_above_avx2(const QuantScoreArgs& f, size_t row0,
+                                                                        const uint32_t* S, float need, float* est) {
+  const __m256 dq = _mm256_set1_ps(f.e.dq), lo = _mm256_set1_ps(f.e.lo), K = _mm256_set1_ps(f.e.K),
+               mq = _mm256_set1_ps(f.e.mq), cq = _mm256_set1_ps(f.e.cq), nd = _mm256_set1_ps(need);
+  uint32_t pass = 0;
+  for (size_t l = 0; l < kQuantBlockRows; l += 8) {
+    const __m256 s = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(S + l)));
+    const __m256 t1 = _mm256_mul_ps(dq, s);
+    const __m256 t2 = _mm256_mul_ps(lo, _mm256_loadu_ps(f.su + row0 + l));
+    const __m256 t3 = _mm256_sub_ps(_mm256_add_ps(t1, t2), K);
+    const __m256 t4 = _mm256_mul_ps(_mm256_loadu_ps(f.a + row0 + l), t3);
+    const __m256 e = _mm256_add_ps(_mm256_mul_ps(mq, t4), _mm256_add_ps(_mm256_loadu_ps(f.add + row0 + l), cq));
+    _mm256_store_ps(est + l, e);
+    pass |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(e, nd, _CMP_GT_OQ))) << l;
+  }
+  return pass;
+}
+
+// est: 32 floats, 32-byte aligned.
+inline uint32_t quant_scores_above(Level level, const QuantScoreArgs& f, size_t row0, const uint32_t* S, float need,
+                                   float* est) {
+  if (level != Level::Scalar) return quant_scores_above_avx2(f, row0, S, need, est);
+  quant_scores_scalar(f, row0, S, est);
+  uint32_t pass = 0;
+  for (size_t l = 0; l < kQuantBlockRows; ++l) pass |= static_cast<uint32_t>(est[l] > need) << l;
+  return pass;
 }
 
 }  // namespace vecsift
