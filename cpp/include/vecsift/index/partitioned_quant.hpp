@@ -18,7 +18,7 @@
 //
 // A query is rotated once (P q). For list l with centre c, the residual query
 // P q - P c is quantised (per list with "list" centres, once with "global")
-// and the list's blocks are scanned into one TopK of (-estimate, slot).
+// and the list's blocks are scanned into one TopKBuffer of (-estimate, slot).
 // Rescoring ("bound", the collection's policy): of the best k * oversample
 // estimates, only those whose upper bound reaches the k-th best lower bound
 // are rescored exactly; "fixed" rescores all of them; "none" returns estimates.
@@ -230,7 +230,7 @@ class IVFQuantSearcher {
 
   // Scores a block of a list; keys are -estimate, ids are slots.
   struct Sink {
-    TopK<float>& top;
+    TopKBuffer<float>& top;
     QuantScoreArgs f;
     size_t slot0;
     void block(size_t b, uint32_t mask, const uint32_t* S, Level level) {
@@ -356,7 +356,7 @@ class IVFQuantSearcher {
     };
     if (!per_list) prepare(0);
 
-    TopK<float> top(ncand);
+    TopKBuffer<float> top(ncand);
     const size_t stride = v_.block_stride(), nslots = v_.nslots();
     const float *fa = v_.factors, *fsu = fa + nslots, *fadd = fsu + nslots;
     size_t seen = 0, probed = 0;
@@ -494,7 +494,7 @@ class IVFQuantSearcher {
     cut[0] = 0;
     for (size_t t = 1; t < ts; ++t)
       cut[t] = static_cast<size_t>(std::lower_bound(cum.begin(), cum.end(), cum[v_.nlist] * t / ts) - cum.begin());
-    std::vector<TopK<float>> tops(ts * nq, TopK<float>(ncand));
+    std::vector<TopKBuffer<float>> tops(ts * nq, TopKBuffer<float>(ncand));
     const size_t stride = v_.block_stride(), nslots = v_.nslots();
     const float *fa = v_.factors, *fsu = fa + nslots, *fadd = fsu + nslots;
     parallel_for(ts, ts, [&](size_t t) {
