@@ -360,36 +360,16 @@ inline void quant_scores_scalar(const QuantScoreArgs& f, size_t row0, const uint
   for (size_t l = 0; l < kQuantBlockRows; ++l) est[l] = f.e(S[l], f.a[row0 + l], f.su[row0 + l], f.add[row0 + l]);
 }
 
-// The same operations as QuantEstimator, eight rows at a time.
-__attribute__((target("avx2"))) inline void quant_scores_avx2(const QuantScoreArgs& f, size_t row0, const uint32_t* S,
-                                                              float* est) {
-  const __m256 dq = _mm256_set1_ps(f.e.dq), lo = _mm256_set1_ps(f.e.lo), K = _mm256_set1_ps(f.e.K),
-               mq = _mm256_set1_ps(f.e.mq), cq = _mm256_set1_ps(f.e.cq);
-  for (size_t l = 0; l < kQuantBlockRows; l += 8) {
-    // S < 2^31 (checked by the index), so the signed conversion is exact-rounding like the scalar cast.
-    const __m256 s = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(S + l)));
-    const __m256 t1 = _mm256_mul_ps(dq, s);
-    const __m256 t2 = _mm256_mul_ps(lo, _mm256_loadu_ps(f.su + row0 + l));
-    const __m256 t3 = _mm256_sub_ps(_mm256_add_ps(t1, t2), K);
-    const __m256 t4 = _mm256_mul_ps(_mm256_loadu_ps(f.a + row0 + l), t3);
-    _mm256_storeu_ps(est + l, _mm256_add_ps(_mm256_mul_ps(mq, t4), _mm256_add_ps(_mm256_loadu_ps(f.add + row0 + l), cq)));
-  }
-}
-
-inline void quant_scores(Level level, const QuantScoreArgs& f, size_t row0, const uint32_t* S, float* est) {
-  if (level == Level::Scalar) return quant_scores_scalar(f, row0, S, est);
-  return quant_scores_avx2(f, row0, S, est);
-}
-
-// quant_scores, and the lanes whose estimate is above `need` (est > need: false for NaN) as a bit mask.
-// At AVX2 and above the compare runs on the registers just computed (no reload of est); the
-// estimates are the same floats as quant_scores'.
+// The estimates of a block's 32 rows into est (the same operations as QuantEstimator, eight rows
+// at a time), and the lanes whose estimate is above `need` (est > need: false for NaN) as a bit
+// mask, compared on the registers just computed (no reload of est).
 __attribute__((target("avx2"))) inline uint32_t quant_scores_above_avx2(const QuantScoreArgs& f, size_t row0,
                                                                         const uint32_t* S, float need, float* est) {
   const __m256 dq = _mm256_set1_ps(f.e.dq), lo = _mm256_set1_ps(f.e.lo), K = _mm256_set1_ps(f.e.K),
                mq = _mm256_set1_ps(f.e.mq), cq = _mm256_set1_ps(f.e.cq), nd = _mm256_set1_ps(need);
   uint32_t pass = 0;
   for (size_t l = 0; l < kQuantBlockRows; l += 8) {
+    // S < 2^31 (checked by the index), so the signed conversion is exact-rounding like the scalar cast.
     const __m256 s = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(S + l)));
     const __m256 t1 = _mm256_mul_ps(dq, s);
     const __m256 t2 = _mm256_mul_ps(lo, _mm256_loadu_ps(f.su + row0 + l));
