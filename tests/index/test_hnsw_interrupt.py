@@ -30,9 +30,12 @@ CHILD = textwrap.dedent("""
     labels = index.labels()
     assert 1000 <= k < n, k
     assert (labels == ids[:k]).all()  # a prefix of the batch, fully present
-    got, _ = index.search(x[:k:max(1, k // 50)], k=1, ef=64)
-    hit = (got[:, 0] == ids[:k:max(1, k // 50)].astype(np.int64)).mean()
-    assert hit > 0.95, hit  # the rows that stayed are linked: each finds itself
+    # The rows that stayed are linked: each finds itself. ~2,000 of them at ef 128 (measured 0.990;
+    # 0.979 at ef 64): 50 rows at ef 64 failed the 0.95 bar about one run in ten by chance alone.
+    sel = np.arange(0, k, max(1, k // 2000))
+    got, _ = index.search(x[sel], k=1, ef=128)
+    hit = (got[:, 0] == ids[sel].astype(np.int64)).mean()
+    assert hit > 0.95, hit
     index.add(x[k:k + 500], ids=ids[k:k + 500])  # the dropped labels are free again
     assert len(index) == k + 500
     print("consistent", k, flush=True)
