@@ -12,7 +12,13 @@ def reference(rows, queries, cand, k, metric):
     for i, (q, c) in enumerate(zip(queries.astype(np.float64), cand)):
         c = c[c >= 0]
         x = rows[c].astype(np.float64)
-        s = x @ q if metric == "ip" else -((x - q) ** 2).sum(1)
+        if metric == "l2":
+            s = -((x - q) ** 2).sum(1)
+        else:
+            s = x @ q
+            if metric == "cosine":
+                nr = np.linalg.norm(x, axis=1) * np.linalg.norm(q)
+                s = np.divide(s, nr, out=np.zeros_like(s), where=nr > 0)
         order = np.lexsort((c, -s))[:k]
         out_r[i, :len(order)], out_s[i, :len(order)] = c[order], s[order]
     return out_r, out_s
@@ -24,12 +30,13 @@ def candidates(rng, n, nq, c, missing=0.2):
     return cand
 
 
-@pytest.mark.parametrize("metric", ["ip", "l2"])
+@pytest.mark.parametrize("metric", ["ip", "l2", "cosine"])
 @pytest.mark.parametrize("d", [5, 64, 384])
 def test_rescore_matches_numpy(level, rng, metric, d):
-    rows = rng.standard_normal((500, d)).astype(np.float32)
+    rows = rng.standard_normal((500, d)).astype(np.float32) * rng.uniform(0.1, 3, (500, 1)).astype(np.float32)
     queries = rng.standard_normal((37, d)).astype(np.float32)
     cand = candidates(rng, len(rows), len(queries), 40)
+    rows[cand[cand >= 0][0]] = 0  # a zero candidate row: 0 under cosine
     got_r, got_s = _core.rescore(rows, queries, cand, 10, metric, 1, level)
     ref_r, ref_s = reference(rows, queries, cand, 10, metric)
     # The same rows unless two exact scores sit within rounding of each other; compare the scores

@@ -214,6 +214,10 @@ class QuantizedIndex:
     def _rescore(self, q, cand, k, vectors, bounds):
         if len(vectors) != len(self) or (getattr(vectors, "ndim", 2) != 2) or vectors.shape[1] != self.dim:
             raise ValueError(f"rescore must be the ({len(self)}, {self.dim}) float32 rows of this index")
+        if isinstance(vectors, np.ndarray) and vectors.dtype == np.float32 and vectors.flags.c_contiguous:
+            # in the core: gather, exact scores and top-k in one call (index/rescore.hpp)
+            ids, scores = _core.rescore(vectors, q, np.ascontiguousarray(cand, dtype=np.int64), k, self.metric)
+            return (ids, scores, scores.copy(), scores.copy()) if bounds else (ids, scores)
         ids = np.full((len(q), k), -1, dtype=np.int64)  # columns past the candidates stay missing
         scores = np.full((len(q), k), -np.inf, dtype=np.float32)
         w = min(k, cand.shape[1])

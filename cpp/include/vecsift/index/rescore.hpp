@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -22,9 +23,10 @@
 namespace vecsift {
 
 // Candidates of query q are cand[q*c .. q*c+c) (row numbers, -1 = none, no
-// repeats). Writes the best k of them by exact similarity (ip, or -(squared
-// l2) for L2; cosine rows and queries are unit length already, so cosine is
-// ip), ties to the smaller row; missing results are row -1, score -inf.
+// repeats). Writes the best k of them by exact similarity (ip; -(squared l2)
+// for L2; for Cosine ip / (|row| |query|), 0 where either is zero: callers whose
+// rows and queries are unit length already pass IP), ties to the smaller row;
+// missing results are row -1, score -inf.
 // Throws std::out_of_range for a row >= n before reading anything.
 inline void rescore_candidates(const float* rows, size_t n, size_t d, const float* queries, size_t nq,
                                const int64_t* cand, size_t c, size_t k, Metric metric, size_t threads,
@@ -32,16 +34,24 @@ inline void rescore_candidates(const float* rows, size_t n, size_t d, const floa
   for (size_t i = 0; i < nq * c; ++i)
     if (cand[i] >= static_cast<int64_t>(n)) throw std::out_of_range("candidate row past the end of the rows");
   const PairKernel f = metric == Metric::L2 ? l2sq_kernel(level) : ip_kernel(level);
+  const PairKernel dot = ip_kernel(level);
   const float sign = metric == Metric::L2 ? -1.0f : 1.0f;
   threads = std::max<size_t>(1, std::min(threads, nq / 16 + 1));
   parallel_for(nq, threads, [&](size_t q) {
     TopK<float> top(k);
     const float* qv = queries + q * d;
     const int64_t* cq = cand + q * c;
+    const float qn = metric == Metric::Cosine ? std::sqrt(dot(qv, qv, d)) : 1.0f;
     for (size_t j = 0; j < c; ++j) {
       const int64_t r = cq[j];
       if (r < 0) continue;
-      top.push(-sign * f(qv, rows + static_cast<size_t>(r) * d, d), r);  // TopK keeps the smallest key
+      const float* x = rows + static_cast<size_t>(r) * d;
+      float s = sign * f(qv, x, d);
+      if (metric == Metric::Cosine) {
+        const float nr = std::sqrt(dot(x, x, d)) * qn;
+        s = nr > 0 ? s / nr : 0.0f;
+      }
+      top.push(-s, r);  // TopK keeps the smallest key
     }
     auto best = top.sorted();
     for (size_t j = 0; j < k; ++j) {
