@@ -146,6 +146,8 @@ py::tuple rescore_py(const F32Array& rows, const F32Array& queries, const I64Arr
     rescore_candidates(pr, n, d, pq, nq, pc, c, static_cast<size_t>(k), m, nt, pi, ps, lv);
   } catch (const std::out_of_range&) {
     throw py::value_error("candidate rows must be below the " + std::to_string(n) + " rows given");
+  } catch (const std::domain_error& e) {
+    throw py::value_error(std::string("rows: ") + e.what());
   }
   return py::make_tuple(ids, scores);
 }

@@ -88,6 +88,15 @@ def test_rescore_rejects_bad_input(rng):
         _core.rescore(rows, q, ok, 0, "ip")
     with pytest.raises(ValueError, match="metric"):
         _core.rescore(rows, q, ok, 2, "hamming")
+    bad = rows.copy()
+    bad[1, 3] = np.nan
+    for metric in ("ip", "l2", "cosine"):
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            _core.rescore(bad, q, np.array([[0, 1, -1], [2, 3, 4]]), 2, metric)
+    bad[1, 3] = np.inf
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        _core.rescore(bad, q, np.array([[0, 1, -1], [2, 3, 4]]), 2, "ip", 2)
+    _core.rescore(bad, q, np.array([[0, 2, -1], [2, 3, 4]]), 2, "ip")  # the bad row is not a candidate
 
 
 def test_bound_prune_matches_numpy(rng):

@@ -27,7 +27,8 @@ namespace vecsift {
 // for L2; for Cosine ip / (|row| |query|), 0 where either is zero: callers whose
 // rows and queries are unit length already pass IP), ties to the smaller row;
 // missing results are row -1, score -inf.
-// Throws std::out_of_range for a row >= n before reading anything.
+// Throws std::out_of_range for a row >= n before reading anything, std::domain_error for a
+// non-finite score.
 inline void rescore_candidates(const float* rows, size_t n, size_t d, const float* queries, size_t nq,
                                const int64_t* cand, size_t c, size_t k, Metric metric, size_t threads,
                                int64_t* out_ids, float* out_scores, Level level) {
@@ -47,10 +48,13 @@ inline void rescore_candidates(const float* rows, size_t n, size_t d, const floa
       if (r < 0) continue;
       const float* x = rows + static_cast<size_t>(r) * d;
       float s = sign * f(qv, x, d);
-      if (metric == Metric::Cosine) {
-        const float nr = std::sqrt(dot(x, x, d)) * qn;
-        s = nr > 0 ? s / nr : 0.0f;
-      }
+      float nr = 1.0f;
+      if (metric == Metric::Cosine) nr = std::sqrt(dot(x, x, d)) * qn;
+      // Rows are the caller's (QuantizedIndex.search(rescore=...) takes any float32 array): a NaN or
+      // infinite value would make a score no ordering can rank.
+      if (!std::isfinite(s) || !std::isfinite(nr))
+        throw std::domain_error("a candidate row has NaN or infinite values (or its score overflows float32)");
+      if (metric == Metric::Cosine) s = nr > 0 ? s / nr : 0.0f;
       top.push(-s, r);  // TopK keeps the smallest key
     }
     auto best = top.sorted();
