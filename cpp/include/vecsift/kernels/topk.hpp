@@ -84,7 +84,7 @@ class TopKBuffer {
     k_ = k;
     cap_ = std::max<size_t>(2 * k, 32);
     buf_.clear();
-    buf_.reserve(k ? cap_ : 0);
+    buf_.reserve(k ? std::min<size_t>(cap_, 1024) : 0);  // a huge k grows on demand: no 2k reserved per query
     cut_ = false;
   }
 
