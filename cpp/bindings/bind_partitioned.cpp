@@ -131,6 +131,18 @@ class PyIVF {
 };
 
 
+// The kind of a rotation array and its code dimension D: (D, D) is the dense
+// matrix, (kFhtRounds, D) the signs of the structured rotation (D is a
+// multiple of 64, so the two shapes never coincide). Returns true for fht.
+bool rotation_shape(const F32Array& rotation, size_t& D) {
+  require_matrix(rotation, "rotation");
+  const size_t r = rotation.shape(0), c = rotation.shape(1);
+  require(c % 64 == 0 && c > 0 && (r == c || r == static_cast<size_t>(kFhtRounds)),
+          "rotation must be (D, D) or (" + std::to_string(kFhtRounds) + ", D) with D a multiple of 64");
+  D = c;
+  return r != c;
+}
+
 // The RaBitQ-code variant (partitioned_quant.hpp). Holds every array it reads.
 class PyIVFQ {
  public:
@@ -150,11 +162,10 @@ class PyIVFQ {
     v_.dim = centroids.shape(1);
     v_.nlist = centroids.shape(0);
     v_.nrows = vectors.shape(0);
-    v_.D = rotation.shape(0);
+    v_.fht = rotation_shape(rotation, v_.D);
     v_.J = v_.D / 8;
     v_.metric = ivf_metric(metric);
-    require(v_.D % 64 == 0 && v_.D >= v_.dim && static_cast<size_t>(rotation.shape(1)) == v_.D,
-            "rotation must be (D, D) with D a multiple of 64, at least dim");
+    require(v_.D >= v_.dim, "rotation: D must be at least dim");
     v_.ncentres = centres.shape(0);
     require(v_.ncentres == 1 || v_.ncentres == v_.nlist, "centres must have 1 or nlist rows");
     require(static_cast<size_t>(centres.shape(1)) == v_.dim, "centres and centroids differ in dimension");
@@ -270,12 +281,12 @@ py::tuple ivf_quant_encode_py(const F32Array& rotation, const F32Array& centres,
   require_matrix(rows, "rows");
   require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "bits must be 1, 2, 4 or 8");
   IVFQView v;
-  v.D = rotation.shape(0);
+  v.fht = rotation_shape(rotation, v.D);
   v.J = v.D / 8;
   v.dim = centres.shape(1);
   v.bits = bits;
   v.metric = ivf_metric(metric);
-  require(v.D % 64 == 0 && v.D >= v.dim && static_cast<size_t>(rotation.shape(1)) == v.D, "rotation must be (D, D)");
+  require(v.D >= v.dim, "rotation: D must be at least the rows' dimension");
   require(static_cast<size_t>(rows.shape(1)) == v.dim, "rows and centres differ in dimension");
   const size_t n = rows.shape(0);
   require(centre_of.ndim() == 1 && static_cast<size_t>(centre_of.shape(0)) == n, "one centre per row");
@@ -297,30 +308,34 @@ py::tuple ivf_quant_encode_py(const F32Array& rotation, const F32Array& centres,
   return py::make_tuple(planes, factors);
 }
 
-F32Array ivf_quant_rotation_py(size_t D, uint64_t seed) {
+// kind "dense": the (D, D) Haar matrix; "fht": (kFhtRounds, D) random signs of the structured rotation.
+F32Array ivf_quant_rotation_py(size_t D, uint64_t seed, const std::string& kind) {
   require(D % 64 == 0 && D > 0 && D <= 4096, "code_dim must be a multiple of 64 in [64, 4096]");
+  require(kind == "dense" || kind == "fht", "rotation must be 'fht' or 'dense', got '" + kind + "'");
   std::vector<float> r;
   {
     py::gil_scoped_release nogil;
-    r = random_rotation(D, seed);
+    r = kind == "fht" ? random_signs(D, seed) : random_rotation(D, seed);
   }
-  F32Array out({D, D});
+  F32Array out({r.size() / D, D});
   std::copy(r.begin(), r.end(), out.mutable_data());
   return out;
 }
 
-// Rotates rows (n, D) by rotation (D, D) (the same kernel the search uses).
+// Rotates rows (n, D) by a rotation of either kind (the same kernels the search uses).
 F32Array ivf_quant_rotate_py(const F32Array& rotation, const F32Array& x) {
-  require_matrix(rotation, "rotation");
   require_matrix(x, "x");
-  const size_t D = rotation.shape(0), n = x.shape(0);
+  IVFQView v;
+  v.fht = rotation_shape(rotation, v.D);
+  v.rotation = rotation.data();
+  const size_t D = v.D, n = x.shape(0);
   require(static_cast<size_t>(x.shape(1)) == D, "x must have D columns");
   F32Array out({n, D});
-  const float *pr = rotation.data(), *px = x.data();
+  const float* px = x.data();
   float* po = out.mutable_data();
   Level lv = active_level();
   py::gil_scoped_release nogil;
-  for (size_t i = 0; i < n; ++i) rotate(pr, D, px + i * D, po + i * D, lv);
+  for (size_t i = 0; i < n; ++i) ivf_rotate(v, px + i * D, po + i * D, lv);
   return out;
 }
 
@@ -378,7 +393,8 @@ void bind_partitioned(py::module_& m) {
            py::arg("threads") = 0);
   m.def("ivf_quant_encode", &ivf_quant_encode_py, py::arg("rotation"), py::arg("centres"), py::arg("rows"),
         py::arg("centre_of"), py::arg("metric"), py::arg("bits"), py::arg("threads") = 0);
-  m.def("ivf_quant_rotation", &ivf_quant_rotation_py, py::arg("code_dim"), py::arg("seed"));
+  m.def("ivf_quant_rotation", &ivf_quant_rotation_py, py::arg("code_dim"), py::arg("seed"),
+        py::arg("kind") = "dense");
   m.def("ivf_quant_rotate", &ivf_quant_rotate_py, py::arg("rotation"), py::arg("x"));
   m.def("ivf_luts_match", &ivf_luts_match_py, py::arg("qu"), py::arg("query_bits"));
   m.def("ivf_assign", &ivf_assign_py, py::arg("centroids"), py::arg("rows"), py::arg("metric"),

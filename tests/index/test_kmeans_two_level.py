@@ -80,7 +80,7 @@ def test_two_level_index_keeps_recall_and_files_round_trip(data, tmp_path):
     a, b = two.search(q, 10, nprobe=16), back.search(q, 10, nprobe=16)
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])
-    assert vecsift.index.partitioned.describe(path)["format"] == 2
+    assert vecsift.index.partitioned.describe(path)["format"] == 3
 
 
 def test_auto_method_and_bad_arguments(data):
@@ -106,8 +106,8 @@ _ENCODE = (
     "x[0] = c[1]; x[1] = 0\n"
     "co = rng.integers(0, 4, 3000).astype(np.int64); co[0] = 1\n"
     "h = hashlib.sha256()\n"
-    "for D in (128, 192):\n"
-    "    rot = _core.ivf_quant_rotation(D, 3)\n"
+    "for D, kind in ((128, 'dense'), (192, 'dense'), (128, 'fht'), (192, 'fht')):\n"
+    "    rot = _core.ivf_quant_rotation(D, 3, kind)\n"
     "    for bits in (1, 2, 4, 8):\n"
     "        for metric in ('cosine', 'l2', 'ip'):\n"
     "            p, f = _core.ivf_quant_encode(rot, c, x, co, metric, bits)\n"

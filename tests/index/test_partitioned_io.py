@@ -197,7 +197,7 @@ def test_inconsistent_rabitq_sections_are_refused(tmp_path):
     cases = {
         "factors": ("factors", np.asarray(ix._layout.factors)[:, :-32]),
         "codes": ("codes", np.asarray(ix._layout.codes)[:-1]),
-        "rotation": ("rotation", np.asarray(ix._model["rotation"])[:64]),
+        "rotation": ("rotation", np.asarray(ix._model["rotation"])[:2]),
         "centres_rot": ("centres_rot", np.zeros((2, ix.code_dim), np.float32)),
         "centres": ("centres", np.zeros((3, 64), np.float32)),
     }
@@ -233,7 +233,8 @@ def test_format_1_file_of_earlier_releases_opens():
 
 def test_versions_written(saved, tmp_path):
     x, q, ix, path = saved
-    assert struct.unpack_from("<I", open(path, "rb").read(), 8)[0] == 2
+    assert ix.rotation == "fht" and ix._model["rotation"].shape == (4, ix.code_dim)
+    assert struct.unpack_from("<I", open(path, "rb").read(), 8)[0] == 3
     sign = IVFIndex.build(x[:2000], nlist=8, scorer="sign")
     sign.save(tmp_path / "s.ivf")
     assert struct.unpack_from("<I", open(tmp_path / "s.ivf", "rb").read(), 8)[0] == 1
@@ -322,7 +323,7 @@ def test_cli_info_and_tune_on_an_ivf_file(tmp_path, capsys):
     np.save(tmp_path / "rows.npy", x)
     assert main(["info", str(path), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert (info["scorer"], info["n"], info["nlist"], info["format"]) == ("rabitq", 3000, 16, 2)
+    assert (info["scorer"], info["n"], info["nlist"], info["format"], info["rotation"]) == ("rabitq", 3000, 16, 3, "fht")
     assert info["balance"]["lists"] == 16 and info["balance"]["min"] > 0
     assert main(["tune", str(path), "--vectors", str(tmp_path / "rows.npy"), "--target-recall", "0.9",
                  "--sample", "100", "--quiet"]) == 0
@@ -331,3 +332,44 @@ def test_cli_info_and_tune_on_an_ivf_file(tmp_path, capsys):
     tuned = IVFIndex.open(path, vectors=x)
     assert tuned.nprobe == chosen > 1
     assert main(["tune", str(path), "--target-recall", "0.9"]) == 2  # rows not given: a clear error
+
+
+def test_dense_rotation_writes_format_2_that_earlier_releases_read(tmp_path):
+    """rotation="dense" is the Haar matrix of earlier releases: saved as format 2,
+    and a format-2 header without a rotation field (as those releases wrote it)
+    opens with the dense rotation and searches as the index did."""
+    x, q = _data(3000)
+    dn = IVFIndex.build(x, nlist=16, rotation="dense")
+    assert dn._model["rotation"].shape == (dn.code_dim, dn.code_dim)
+    dn.save(tmp_path / "d.ivf")
+    assert struct.unpack_from("<I", open(tmp_path / "d.ivf", "rb").read(), 8)[0] == 2
+    od = IVFIndex.open(tmp_path / "d.ivf")
+    assert od.rotation == "dense"
+    np.testing.assert_array_equal(od.search(q, 10)[0], dn.search(q, 10)[0])
+    old_meta = {k: v for k, v in dn._meta(True).items() if k != "rotation"}
+    partitioned_io.write(tmp_path / "old.ivf", old_meta, _rabitq_sections(dn), version=2)
+    oo = IVFIndex.open(tmp_path / "old.ivf")
+    assert oo.rotation == "dense"
+    a, b = oo.search(q, 10), dn.search(q, 10)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_rotation_and_version_must_agree(tmp_path):
+    x, _ = _data(1500)
+    fh = IVFIndex.build(x, nlist=8)
+    dn = IVFIndex.build(x, nlist=8, rotation="dense")
+    cases = [({**fh._meta(True)}, _rabitq_sections(fh), 2),          # fht signs in a format-2 file
+             ({**dn._meta(True)}, _rabitq_sections(dn), 3),          # dense matrix in a format-3 file
+             ({**fh._meta(True), "rotation": "dense"}, _rabitq_sections(fh), 3),
+             ({k: v for k, v in fh._meta(True).items() if k != "rotation"}, _rabitq_sections(fh), 3)]
+    for i, (meta, sections, version) in enumerate(cases):
+        partitioned_io.write(tmp_path / f"m{i}.ivf", meta, sections, version=version)
+        with pytest.raises(CorruptIndexError):
+            IVFIndex.open(tmp_path / f"m{i}.ivf")
+    with pytest.raises(ValueError, match="rotation"):
+        IVFIndex(64, 8, rotation="hadamard")
+    with pytest.raises(ValueError, match="rotation"):
+        vecsift._core.ivf_quant_rotation(128, 0, "hadamard")
+    with pytest.raises(ValueError, match="rotation"):
+        vecsift._core.ivf_quant_rotate(np.ones((3, 128), np.float32), np.ones((2, 128), np.float32))

@@ -48,6 +48,9 @@ from vecsift.index.quantised import SUPPORTED_BITS, default_code_dim, default_qu
 
 SCORERS = ("rabitq", "sign")
 CENTRES = ("list", "global")
+# "fht": random signs + Walsh-Hadamard rounds (quant_rotation.hpp), O(D log D) a row, 4 x D floats
+# stored; "dense": the Haar matrix of format-2 files, D x D floats and D^2 work a row.
+ROTATIONS = ("fht", "dense")
 RESCORE = ("bound", "fixed", "none")
 _BLOCK = {"sign": 8, "rabitq": 32}  # rows a code block (binary.hpp kBlockRows, quant_scan.hpp kQuantBlockRows)
 # Defaults chosen by measurement at 1M x 384 (bench/bench_scale.py, docs/partitioned.md).
@@ -168,7 +171,9 @@ class IVFIndex:
     ``scorer``: "rabitq" (default; ``bits`` 1, 2, 4 or 8, ``query_bits``,
     ``code_dim`` and ``centre`` as described in the module docstring) or
     "sign" (the sign-bit codes of format-1 files). ``rescore`` / ``confidence``
-    pick the rescoring policy of rabitq codes.
+    pick the rescoring policy of rabitq codes. ``rotation``: "fht" (default;
+    random signs and Walsh-Hadamard rounds, O(D log D) a row to encode and a
+    query to rotate) or "dense" (the Haar matrix of format-2 files).
 
     Build: ``train(sample_or_all_rows)`` then ``add(rows)``; or
     ``IVFIndex.build(rows, nlist)``. The float32 rows passed to the first
@@ -179,7 +184,7 @@ class IVFIndex:
     def __init__(self, dim: int, nlist: int | None = None, metric: str = "cosine", *, nprobe: int = 32,
                  oversample: int | None = None, refine: int = 8, scorer: str = "rabitq", bits: int = 2,
                  query_bits: int | None = None, code_dim: int | None = None, centre: str = "global",
-                 rescore: str = "bound", confidence: float = 1.5, seed: int = 0):
+                 rescore: str = "bound", confidence: float = 1.5, rotation: str = "fht", seed: int = 0):
         self._dim = _positive_int(dim, "dim")
         self._nlist = None if nlist is None else _positive_int(nlist, "nlist")
         self._metric = check_metric(metric)
@@ -201,6 +206,9 @@ class IVFIndex:
         if centre not in CENTRES:
             raise ValueError(f"centre must be one of {CENTRES}, got {centre!r}")
         self._centre = centre
+        if rotation not in ROTATIONS:
+            raise ValueError(f"rotation must be one of {ROTATIONS}, got {rotation!r}")
+        self._rotation = rotation
         self.rescore = _check_rescore(rescore)
         self.confidence = _check_confidence(confidence)
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -224,6 +232,7 @@ class IVFIndex:
     bits = property(lambda self: self._bits if self._scorer == "rabitq" else 1)
     code_dim = property(lambda self: self._code_dim if self._scorer == "rabitq" else self._dim)
     centre = property(lambda self: self._centre)
+    rotation = property(lambda self: self._rotation, doc='"fht" (structured) or "dense" (Haar matrix).')
 
     @property
     def nlist(self) -> int | None:
@@ -328,7 +337,7 @@ class IVFIndex:
 
     def _make_model(self, centroids, rows):
         D = self._code_dim
-        rotation = _core.ivf_quant_rotation(D, self._seed)
+        rotation = _core.ivf_quant_rotation(D, self._seed, self._rotation)
         if self._centre == "list":
             centres = centroids
         else:  # mean of a seeded sample (unit rows for cosine)
@@ -514,14 +523,16 @@ class IVFIndex:
                 "refine": self.refine, "seed": self._seed, "has_vectors": bool(include_vectors)}
         if self._scorer == "rabitq":
             meta.update({"bits": self._bits, "query_bits": self.query_bits, "code_dim": self._code_dim,
-                         "centre": self._centre, "rescore": self.rescore, "confidence": self.confidence})
+                         "centre": self._centre, "rescore": self.rescore, "confidence": self.confidence,
+                         "rotation": self._rotation})
         return meta
 
     def save(self, path, include_vectors: bool = True) -> None:
         """Writes the index to one file (temp + fsync + rename).
 
-        rabitq indexes are written as format version 2, sign-bit ones as
-        version 1 (readable by earlier releases). include_vectors=False leaves
+        rabitq indexes are written as format version 3 (fht rotation) or 2
+        (dense rotation, readable by earlier releases), sign-bit ones as
+        version 1. include_vectors=False leaves
         the float32 rows out (a collection keeps them in its own row file):
         open() must then be given ``vectors=``.
         """
@@ -538,15 +549,18 @@ class IVFIndex:
                 sections["inv_norm"] = self._inv_norm
             if include_vectors:
                 sections["vectors"] = self._vectors
-        version = partitioned_io.VERSION if self._scorer == "rabitq" else 1
+        if self._scorer != "rabitq":
+            version = 1
+        else:
+            version = partitioned_io.VERSION if self._rotation == "fht" else partitioned_io.DENSE_VERSION
         partitioned_io.write(path, self._meta(include_vectors), sections, version=version)
 
     @classmethod
     def open(cls, path, vectors=None, verify: str = "index") -> "IVFIndex":
         """Maps a saved index read-only (shared page cache, nothing copied).
 
-        Reads format 2 (rabitq codes) and format 1 (sign-bit codes, earlier
-        releases). ``vectors``: the float32 rows (n, dim) when the file was
+        Reads formats 3 and 2 (rabitq codes, fht or dense rotation) and 1
+        (sign-bit codes, earlier releases). ``vectors``: the float32 rows (n, dim) when the file was
         saved without them (an array or memmap, kept by reference). A damaged
         file raises vecsift.CorruptIndexError.
         """
@@ -560,8 +574,13 @@ class IVFIndex:
         try:
             kw = {}
             if scorer == "rabitq":
+                # format 2 has no rotation field: always the dense matrix
+                rotation = meta["rotation"] if version >= 3 else "dense"
+                if (version >= 3) != (rotation == "fht"):
+                    raise ValueError(f"format version {version} does not hold a {rotation!r} rotation")
                 kw = dict(bits=meta["bits"], query_bits=meta["query_bits"], code_dim=meta["code_dim"],
-                          centre=meta["centre"], rescore=meta["rescore"], confidence=meta["confidence"])
+                          centre=meta["centre"], rescore=meta["rescore"], confidence=meta["confidence"],
+                          rotation=rotation)
             index = cls(meta["dim"], meta["nlist"], meta["metric"], nprobe=meta["nprobe"],
                         oversample=meta["oversample"], refine=meta.get("refine", 1), scorer=scorer,
                         seed=meta["seed"], **kw)
@@ -579,7 +598,8 @@ class IVFIndex:
             rot, crot = arr.get("rotation"), arr.get("centres_rot")
             centres = c if index._centre == "list" else arr.get("centres")
             m = nlist if index._centre == "list" else 1
-            if rot is None or rot.dtype != np.float32 or rot.shape != (D, D):
+            rshape = (D, D) if index._rotation == "dense" else (4, D)  # kFhtRounds sign rows
+            if rot is None or rot.dtype != np.float32 or rot.shape != rshape:
                 raise CorruptIndexError(f"{path}: rotation section is malformed")
             if centres is None or centres.dtype != np.float32 or centres.shape != (m, index.dim):
                 raise CorruptIndexError(f"{path}: centres section is malformed")
@@ -646,7 +666,8 @@ def describe(path) -> dict:
     n = int(meta.get("n", 0))
     nbytes = os.path.getsize(path)
     out = {"kind": "ivf", "format": version}
-    for key in ("scorer", "bits", "query_bits", "code_dim", "centre", "metric", "dim", "n", "nlist", "nprobe",
+    for key in ("scorer", "bits", "query_bits", "code_dim", "centre", "rotation", "metric", "dim", "n", "nlist",
+                "nprobe",
                 "oversample", "rescore", "confidence", "refine", "has_vectors"):
         if key in meta:
             out[key] = meta[key]

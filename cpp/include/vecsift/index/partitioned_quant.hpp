@@ -9,7 +9,8 @@
 //   centres     (m, dim) float32: code centres, m = nlist ("list": residual to
 //               the list's centroid, as faiss IndexIVFRaBitQ) or m = 1 ("global")
 //   centres_rot (m, D) float32: the centres rotated (P c, D = code_dim)
-//   rotation    (D, D) float32: P^T row-major (quant_rotation.hpp)
+//   rotation    (D, D) float32: P^T row-major, or (kFhtRounds, D) random signs of
+//               the structured rotation (fht; quant_rotation.hpp)
 //   list_block  (nlist + 1) int64: list l owns 32-row blocks [list_block[l], list_block[l+1])
 //   list_size   (nlist) int64; slot_row (nblocks * 32) int64 row id of each slot (-1 padding)
 //   codes       nblocks * bits * D/8 * 32 bytes: block b, plane byte i, lane t at (b*bits*J + i)*32 + t
@@ -54,6 +55,7 @@ struct IVFQView {
   const float* centres = nullptr;
   const float* centres_rot = nullptr;
   const float* rotation = nullptr;
+  bool fht = false;  // rotation holds kFhtRounds x D signs (fht_rotate), else the dense (D, D) matrix
   const int64_t* list_block = nullptr;
   const int64_t* list_size = nullptr;
   const int64_t* slot_row = nullptr;
@@ -69,6 +71,12 @@ struct IVFQView {
   size_t block_stride() const { return code_bytes() * kQuantBlockRows; }
   const float* fac(int i) const { return factors + static_cast<size_t>(i) * nslots(); }
 };
+
+// y = P x for one padded row (D floats) with the view's rotation.
+inline void ivf_rotate(const IVFQView& v, const float* x, float* y, Level level) {
+  if (v.fht) fht_rotate(v.rotation, v.D, x, y, level);
+  else rotate(v.rotation, v.D, x, y, level);
+}
 
 struct IVFQParams {
   size_t k = 10, nprobe = 16, oversample = 4;
@@ -154,7 +162,10 @@ inline void ivf_quant_encode(const IVFQView& v, const float* rows, const int64_t
         for (size_t j = 0; j < dim; ++j) pad[j] = x[j] * s - c[j];
         for (size_t j = dim; j < D; ++j) pad[j] = 0.0f;
       }
-      rotate_rows(v.rotation, D, pads.data(), rs.data(), cnt, level);
+      if (v.fht)  // O(D log D) a row: no matrix to share across rows
+        for (size_t k = 0; k < cnt; ++k) fht_rotate(v.rotation, D, pads.data() + k * D, rs.data() + k * D, level);
+      else
+        rotate_rows(v.rotation, D, pads.data(), rs.data(), cnt, level);
       for (size_t k = 0; k < cnt; ++k) {
         const size_t i = g0 + k;
         const float* c = v.centres + static_cast<size_t>(centre_of[i]) * dim;
@@ -548,7 +559,7 @@ class IVFQuantSearcher {
     std::copy(q, q + v_.dim, sc.pad.begin());
     sc.rq.resize(v_.D);
     sc.qr.resize(v_.D);
-    rotate(v_.rotation, v_.D, sc.pad.data(), sc.rq.data(), level_);
+    ivf_rotate(v_, sc.pad.data(), sc.rq.data(), level_);
   }
 
   IVFQView v_;
