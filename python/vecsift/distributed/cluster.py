@@ -41,7 +41,8 @@ from contextlib import contextmanager
 import numpy as np
 import pyarrow as pa
 
-from vecsift.distributed.gather import ID, SearchResult, ShardUnavailableError, gather, hit_of, merged_order, request
+from vecsift.distributed.gather import (ID, SearchResult, ShardUnavailableError, gather, hit_of, merged_order,
+                                       ranked_hits, request)
 from vecsift.distributed.node import merge_payloads
 from vecsift.distributed.manifest import read_cluster, write_cluster
 from vecsift.distributed.routing import Router
@@ -70,17 +71,16 @@ class _RW:
         self._readers = 0
         self._writer = False
 
-    @contextmanager
-    def read(self):
+    def acquire_read(self):  # a search takes it on every call: no generator-based context manager
         with self._c:
             while self._writer:
                 self._c.wait()
             self._readers += 1
-        try:
-            yield
-        finally:
-            with self._c:
-                self._readers -= 1
+
+    def release_read(self):
+        with self._c:
+            self._readers -= 1
+            if not self._readers:
                 self._c.notify_all()
 
     @contextmanager
@@ -122,11 +122,6 @@ def _check_k(k, name="k"):
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k <= 0:
         raise ValueError(f"{name} must be a positive integer, got {k!r}")
     return int(k)
-
-
-def _ranked(packed, k, rank_field):
-    """Shards' packed hits merged into one list of Hits: by score, ties by id; ranks renumbered 1.. (global)."""
-    return [hit_of(packed[i], j, **{rank_field: r}) for r, (i, j) in enumerate(merged_order(packed, k), 1)]
 
 
 class ShardedCollection:
@@ -217,6 +212,10 @@ class ShardedCollection:
         self._nodes = [[self._start_node(level, g) for g in range(groups)] for level in range(n_levels)]
         # known generation of every copy (primary first); only copies at the cluster's serve searches
         self._copy_gen = [[-1] * n_levels for _ in range(n_shards)]
+        # searches' copy orders per (generation, turn % levels), rebuilt after _copy_gen or _nodes change
+        self._copies_lock = threading.Lock()
+        self._copies_version = 0
+        self._copies_at = {}
         try:
             for info in ray.get([n.ping.remote() for n in self._nodes[0]], timeout=120):
                 for s, g in info["gens"].items():
@@ -225,6 +224,7 @@ class ShardedCollection:
         except BaseException:
             self._kill_actors()
             raise
+        self._copies_changed()
         self._closed = False
 
     def close(self) -> None:
@@ -323,6 +323,7 @@ class ShardedCollection:
             for s, gen in ray.get(new.ping.remote(), timeout=120)["gens"].items():
                 self._copy_gen[s][0] = gen
             self._nodes[0][g] = new
+            self._copies_changed()
 
     def tenant_shards(self, tenant) -> list:
         """The shards a search of this tenant goes to."""
@@ -489,6 +490,7 @@ class ShardedCollection:
                     self._m["shards"][i].update(collection_generation=d["collection_generation"], rows=d["rows"])
                 self._load = np.array([d["rows"] for d in done], np.int64)
                 self._gen = gen
+                self._copies_changed()
                 self._stats.clear()
             self._sync_replicas()
 
@@ -509,6 +511,7 @@ class ShardedCollection:
                 got = {}
             for s in self._members[g]:
                 self._copy_gen[s][level] = got.get(s, -1)
+        self._copies_changed()
 
     def resync_replicas(self) -> None:
         """Brings replicas that missed a commit (dead at the time) up to date."""
@@ -583,13 +586,14 @@ class ShardedCollection:
         opts["threads"] = 1 if threads is None else threads
         timeout = self._timeout if timeout is None else float(timeout)
         nq = len(q) if q is not None else len(texts)
-        with self._rw.read():
+        self._rw.acquire_read()
+        try:
             gen = self._gen
             shards = self._router.shards_for(tenant)
             if not shards:  # e.g. a tenant with no rows: nothing to score, nothing to leak
                 return [SearchResult([], (), gen) for _ in range(nq)]
-            turn = next(self._turn)
-            copies = {s: self._copies(s, gen, turn) for s in shards}
+            table = self._copies_of(gen, next(self._turn))
+            copies = {s: table[s] for s in shards}
             start = time.monotonic()
             missing = {}
             stats = None
@@ -602,19 +606,40 @@ class ShardedCollection:
             vec = q if mode != "sparse" else None
             pieces, failed = gather(copies, request(method, gen, vec, tx, c, scope, opts), gen, left)
             missing.update(failed)
+        finally:
+            self._rw.release_read()
         if missing and not allow_partial:
             raise ShardUnavailableError(missing)
         out = []
         for i in range(nq):
             per_shard = [p[i] for p in pieces]  # one merged list per node actor that answered
             if mode == "dense":
-                hits = _ranked(per_shard, k, "dense_rank")
+                hits = ranked_hits(per_shard, k, "dense_rank")
             elif mode == "sparse":
-                hits = _ranked(per_shard, k, "sparse_rank")
+                hits = ranked_hits(per_shard, k, "sparse_rank")
             else:
                 hits = self._fuse(per_shard, k, c, rrf_k, weights)
             out.append(SearchResult(hits, missing, gen))
         return out
+
+    def _copies_of(self, gen, turn):
+        """{shard: _copies(shard, gen, turn)} for every shard, worked out once per (gen, turn % levels)
+        and kept until the copies change (a search asks this on every call)."""
+        key = (gen, turn % len(self._nodes))
+        table = self._copies_at.get(key)
+        if table is None:
+            version = self._copies_version
+            table = {s: self._copies(s, gen, turn) for s in range(len(self._group))}
+            with self._copies_lock:
+                if version == self._copies_version:  # not changed meanwhile: keep it
+                    self._copies_at[key] = table
+        return table
+
+    def _copies_changed(self):
+        """After any change of _copy_gen or _nodes: searches work their copy orders out again."""
+        with self._copies_lock:
+            self._copies_version += 1
+            self._copies_at = {}
 
     def _copies(self, s, gen, turn=0):
         """[(node key, node actor)] holding shard s at generation gen. The copy levels rotate by

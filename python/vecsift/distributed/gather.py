@@ -23,8 +23,11 @@ only the hits it returns back into Hit objects.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import pickle
 import time
+
+import numpy as np
 
 from vecsift.collection import Hit
 from vecsift.errors import VecsiftError
@@ -33,9 +36,14 @@ HIT_FIELDS = tuple(f.name for f in dataclasses.fields(Hit))
 ID, SCORE = HIT_FIELDS.index("id"), HIT_FIELDS.index("score")
 
 
+_FIELDS_OF = operator.attrgetter(*HIT_FIELDS)
+
+
 def pack_hits(hits) -> tuple:
     """A list of Hits as columns: one list per Hit field (in HIT_FIELDS order)."""
-    return tuple([getattr(h, f) for h in hits] for f in HIT_FIELDS)
+    if not hits:
+        return tuple([] for _ in HIT_FIELDS)
+    return tuple(map(list, zip(*map(_FIELDS_OF, hits))))  # each Hit read once, then transposed
 
 
 def packed_len(cols) -> int:
@@ -48,6 +56,18 @@ def hit_of(cols, j, **changes) -> Hit:
     for name, value in changes.items():
         setattr(h, name, value)
     return h
+
+
+def ranked_hits(packed: list, k: int, rank_field: str) -> list:
+    """The k best hits of several packed lists as Hits (by score, ties by id), rank_field renumbered 1..
+    (the global rank). Each Hit made in one positional call: no keyword or setattr per field."""
+    at = HIT_FIELDS.index(rank_field)
+    out = []
+    for r, (i, j) in enumerate(merged_order(packed, k), 1):
+        row = [c[j] for c in packed[i]]
+        row[at] = r
+        out.append(Hit(*row))
+    return out
 
 
 def merged_order(packed: list, k: int) -> list:
@@ -66,9 +86,29 @@ def merge_packed(packed: list, k: int) -> tuple:
     return tuple([packed[i][f][j] for i, j in order] for f in range(len(packed[0])))
 
 
+_VECTORS_AT = {"search": 1, "search_hybrid": 1}  # where a search phase's query vectors are in its args
+
+
 def request(method: str, *args) -> bytes:
-    """The one argument of a copy's `call`: made once per phase, sent to every shard."""
+    """The one argument of a copy's `call`: made once per phase, sent to every shard. The query
+    vectors (float32, C order) travel as raw bytes and a shape: pickling and unpickling an
+    ndarray costs several times more (numpy's reduce and reconstruct), on both ends of every call."""
+    at = _VECTORS_AT.get(method)
+    if at is not None and isinstance(args[at], np.ndarray):
+        q = args[at]
+        if q.dtype == np.float32 and q.ndim == 2 and q.flags.c_contiguous:
+            args = args[:at] + ((q.tobytes(), q.shape),) + args[at + 1:]
     return pickle.dumps((method, args), protocol=5)
+
+
+def read_request(req: bytes) -> tuple:
+    """(method, args) of request()'s bytes, the query vectors an ndarray again (read-only, on the bytes)."""
+    method, args = pickle.loads(req)
+    at = _VECTORS_AT.get(method)
+    if at is not None and type(args[at]) is tuple:
+        raw, shape = args[at]
+        args = args[:at] + (np.frombuffer(raw, np.float32).reshape(shape),) + args[at + 1:]
+    return method, args
 
 
 class ShardUnavailableError(VecsiftError):
@@ -106,16 +146,26 @@ def _user_error(exc):
     return None
 
 
+_RAY = None  # (ray, RayTaskError, the exceptions of a copy that is not there), imported once
+
+
+def _ray_names():
+    global _RAY
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+    _RAY = (ray, RayTaskError,
+            (RayActorError, GetTimeoutError, getattr(ray.exceptions, "ActorUnavailableError", RayActorError)))
+    return _RAY
+
+
 def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | None = None):
     """Sends req (from request()) to one copy of every shard, one call per node actor.
 
     copies: shard -> [(node key, node actor handle), preferred first]; shards whose next copies
     share a node actor go in one call. Returns ([payload], {shard: reason}): one merged payload
     per answering node actor (each covering a disjoint set of shards), and the missing shards."""
-    import ray
-    from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-
-    unavailable = (RayActorError, GetTimeoutError, getattr(ray.exceptions, "ActorUnavailableError", RayActorError))
+    ray, RayTaskError, unavailable = _RAY or _ray_names()
     start = time.monotonic()
     deadline = start + timeout
     hedge_at = start + (hedge if hedge is not None else max(0.05, timeout / 4))

@@ -24,7 +24,7 @@ import os
 import pickle
 import time
 
-from vecsift.distributed.gather import merge_packed
+from vecsift.distributed.gather import merge_packed, pack_hits, read_request
 from vecsift.distributed.shard import ReplicaServer, ShardServer
 from vecsift.errors import VecsiftError
 
@@ -35,6 +35,24 @@ _WRITES = frozenset({"add", "delete", "prepare", "abort", "apply", "info", "ids"
 def _user_error(exc) -> bool:
     """The Collection's own errors (bad input) are the caller's and go back to it as they are."""
     return isinstance(exc, (ValueError, TypeError, KeyError, VecsiftError)) and not isinstance(exc, RuntimeError)
+
+
+def merge_hits(parts: list, k: int) -> list:
+    """Shards' Hit lists (search_hits, one list per query each) merged into one packed list per query
+    of the k best: by score, ties by id, then shard order, as merge_packed orders packed lists;
+    only the k sent are packed."""
+    if len(parts) == 1:
+        return [pack_hits(h if len(h) <= k else sorted(h, key=_hit_key)[:k]) for h in parts[0]]
+    out = []
+    for per_query in zip(*parts):
+        hits = [h for shard in per_query for h in shard]
+        hits.sort(key=_hit_key)  # stable: equal keys keep shard order
+        out.append(pack_hits(hits[:k]))
+    return out
+
+
+def _hit_key(h):
+    return -h.score, h.id
 
 
 def merge_payloads(method: str, args: tuple, parts: list):
@@ -113,10 +131,12 @@ class NodeServer:
         (served shards, {unserved shard: reason}, the served shards' merged payload)."""
         self.node_calls += 1
         shards, inner = pickle.loads(req)
-        method, args = pickle.loads(inner)
+        method, args = read_request(inner)
         if method not in _SEARCHING:
             raise ValueError(f"not a search method: {method!r}")
         gen = args[0]
+        # dense / sparse: the shards' Hits, merged here and packed once (search would pack each shard's)
+        run_method = "search_hits" if method == "search" else method
         todo, unserved = [], {}
         for s in shards:
             srv = self.shards.get(s)
@@ -130,7 +150,7 @@ class NodeServer:
         def run(item):
             s, srv = item
             try:
-                got_gen, payload = getattr(srv, method)(*args)
+                got_gen, payload = getattr(srv, run_method)(*args)
             except Exception as exc:  # noqa: BLE001 - sorted below: bad input goes back, a fault marks the shard
                 if _user_error(exc):
                     raise
@@ -154,7 +174,12 @@ class NodeServer:
                 parts.append(payload)
             else:
                 unserved[s] = why
-        merged = merge_payloads(method, args, parts) if parts else None
+        if not parts:
+            merged = None
+        elif method == "search":
+            merged = merge_hits(parts, args[3])
+        else:
+            merged = merge_payloads(method, args, parts)
         return pickle.dumps((served, unserved, merged), protocol=5)
 
     # ---- writing (primaries; the driver serialises writes)

@@ -74,6 +74,12 @@ class _Serving:
 
     def search(self, gen, vectors, texts, k, scope, opts):
         """Dense or sparse top-k per query: (gen, [packed hits]). texts come with their global statistics."""
+        got, per_query = self.search_hits(gen, vectors, texts, k, scope, opts)
+        return got, None if per_query is None else [pack_hits(h) for h in per_query]
+
+    def search_hits(self, gen, vectors, texts, k, scope, opts):
+        """search() with Hit lists, not packed ones: (gen, [[Hit]] or None). A node actor merges its
+        shards' Hits and packs only the k it sends."""
         self.calls += 1
         col = self.col
         if col is None:
@@ -82,12 +88,10 @@ class _Serving:
             if len(vectors) == 1 and all(v is None for v in scope.values()) and opts.keys() <= _ONE_QUERY_OPTS:
                 # one query, no filter: Collection.search's single-query fast path (what a local search
                 # takes; it falls back to the general path by itself whenever it does not apply)
-                return self.gen, [pack_hits(col.search(vectors[0], k=k, **opts))]
-            per_query = col.search_batch(vectors, k=k, mode="dense", **scope, **opts)
-        else:
-            qs, stats = texts
-            per_query = col.search_sparse(qs, statistics=stats, k=k, **scope)
-        return self.gen, [pack_hits(h) for h in per_query]
+                return self.gen, [col.search(vectors[0], k=k, **opts)]
+            return self.gen, col.search_batch(vectors, k=k, mode="dense", **scope, **opts)
+        qs, stats = texts
+        return self.gen, col.search_sparse(qs, statistics=stats, k=k, **scope)
 
     def search_hybrid(self, gen, vectors, texts, c, scope, opts):
         """Dense and sparse candidate lists (c each, packed) for fusion by the gatherer."""
