@@ -5,9 +5,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from vecsift.distributed.gather import SCORE, ID, merge_packed, node_request, request
+from vecsift import Hit
+from vecsift.distributed.gather import SCORE, ID, merge_packed, node_request, pack_hits, read_request, request
 from vecsift.distributed.manifest import write_cluster
-from vecsift.distributed.node import NodeServer, merge_payloads
+from vecsift.distributed.node import NodeServer, merge_hits, merge_payloads
 from vecsift.distributed.routing import id_hash
 
 from .conftest import corpus, text_queries
@@ -101,3 +102,33 @@ def test_merge_packed_ties_by_id():
     got = merge_packed(lists, 6)
     every = sorted((-sc, i) for cols in lists for i, sc in zip(cols[ID], cols[SCORE]))[:6]
     assert got[ID] == [i for _, i in every] and got[SCORE] == [-sc for sc, _ in every] and got[2] == [None] * 6
+
+
+def test_merge_hits_orders_as_merge_packed():
+    # the node merges its shards' Hits and packs the k it sends: the same list merge_packed makes
+    # of the packed ones, exact ties (by id, then shard order) included
+    rng = np.random.default_rng(5)
+    for n_shards, k in ((3, 6), (3, 40), (1, 4), (1, 10)):
+        parts = []
+        for s in range(n_shards):
+            per_query = []
+            for n in (7, 0, 12):
+                hits = [Hit(f"r{int(rng.integers(30))}", float(np.round(rng.random(), 1)), text=f"s{s}", dense_rank=j + 1)
+                        for j in range(n)]  # repeated ids across shards and many equal scores
+                per_query.append(sorted(hits, key=lambda h: -h.score)[:k])
+            parts.append(per_query)
+        want = [merge_packed([pack_hits(p[q]) for p in parts], k) for q in range(3)]
+        assert merge_hits(parts, k) == want
+
+
+def test_request_vectors_travel_as_bytes():
+    q = np.random.default_rng(3).standard_normal((2, DIM)).astype(np.float32)
+    req = request("search", 4, q, None, 10, SCOPE, {"threads": 1})
+    assert type(pickle.loads(req)[1][1]) is tuple  # no pickled ndarray on the wire
+    method, args = read_request(req)
+    assert method == "search" and args[0] == 4 and args[2:] == (None, 10, SCOPE, {"threads": 1})
+    assert args[1].dtype == np.float32 and args[1].shape == (2, DIM) and np.array_equal(args[1], q)
+    for other in (q.astype(np.float64), q[:, ::2], np.zeros((0, DIM), np.float32)):  # as they are / empty
+        got = read_request(request("search_hybrid", 4, other, None, 10, SCOPE, {}))[1][1]
+        assert got.dtype == other.dtype and got.shape == other.shape and np.array_equal(got, other)
+    assert read_request(request("statistics", 4, ["a b"], SCOPE)) == ("statistics", (4, ["a b"], SCOPE))
