@@ -367,6 +367,24 @@ py::array_t<int64_t> ivf_assign_py(const F32Array& centroids, const F32Array& ro
   return out;
 }
 
+// float16 bits of x (round to nearest even), for the tests against numpy.
+py::array_t<uint16_t> to_half_py(const F32Array& x) {
+  py::array_t<uint16_t> out(x.size());
+  to_half(x.data(), static_cast<size_t>(x.size()), out.mutable_data());
+  return out;
+}
+
+// Scores of a float32 query against float16 rows (the IVF list ranking), at a SIMD level.
+F32Array half_scores_py(const F32Array& q, const py::array_t<uint16_t, py::array::c_style>& rows, bool l2,
+                        int level) {
+  require(q.ndim() == 1, "q must be 1-d");
+  require(rows.ndim() == 2 && rows.shape(1) == q.shape(0), "rows must be (n, len(q))");
+  const size_t n = rows.shape(0), d = rows.shape(1);
+  F32Array out(n);
+  half_block(q.data(), rows.data(), n, d, l2, out.mutable_data(), level_arg(level));
+  return out;
+}
+
 }  // namespace
 
 void bind_partitioned(py::module_& m) {
@@ -397,6 +415,8 @@ void bind_partitioned(py::module_& m) {
         py::arg("kind") = "dense");
   m.def("ivf_quant_rotate", &ivf_quant_rotate_py, py::arg("rotation"), py::arg("x"));
   m.def("ivf_luts_match", &ivf_luts_match_py, py::arg("qu"), py::arg("query_bits"));
+  m.def("to_half", &to_half_py, py::arg("x"));
+  m.def("half_scores", &half_scores_py, py::arg("q"), py::arg("rows"), py::arg("l2"), py::arg("level") = -1);
   m.def("ivf_assign", &ivf_assign_py, py::arg("centroids"), py::arg("rows"), py::arg("metric"),
         py::arg("threads") = 0);
 }

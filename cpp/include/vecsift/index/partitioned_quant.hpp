@@ -38,6 +38,7 @@
 #include "vecsift/index/filter.hpp"
 #include "vecsift/index/partitioned_encode.hpp"
 #include "vecsift/kernels/distance.hpp"
+#include "vecsift/kernels/half.hpp"
 #include "vecsift/kernels/parallel.hpp"
 #include "vecsift/kernels/quant_codes.hpp"
 #include "vecsift/kernels/quant_rotation.hpp"
@@ -195,7 +196,10 @@ class IVFQuantSearcher {
   static constexpr size_t kBatchQueries = 8, kBatchChunk = 4096;
 
   IVFQuantSearcher(const IVFQView& v, Level level)
-      : v_(v), level_(level), ip_(ip_kernel(level)), l2_(l2sq_kernel(level)) {}
+      : v_(v), level_(level), ip_(ip_kernel(level)), l2_(l2sq_kernel(level)),
+        half_centroids_(v.nlist * v.dim) {
+    to_half(v.centroids, v.nlist * v.dim, half_centroids_.data());
+  }
 
   const IVFQView& view() const { return v_; }
 
@@ -538,14 +542,14 @@ class IVFQuantSearcher {
   }
 
   // Centroid similarities into sc.cscore and the first nprobe lists ranked in sc.order.
+  // Scored against the float16 copy of the centroids: half the bytes of the
+  // float32 ones, which every query reads whole (kernels/half.hpp).
   void rank_lists(const float* q, size_t nprobe, Scratch& sc) const {
     sc.cscore.resize(v_.nlist);
-    if (v_.metric == Metric::L2) {
-      l2sq_block(q, v_.centroids, v_.nlist, v_.dim, sc.cscore.data(), level_);
+    const bool l2 = v_.metric == Metric::L2;
+    half_block(q, half_centroids_.data(), v_.nlist, v_.dim, l2, sc.cscore.data(), level_);
+    if (l2)
       for (size_t c = 0; c < v_.nlist; ++c) sc.cscore[c] = -sc.cscore[c];
-    } else {
-      ip_block(q, v_.centroids, v_.nlist, v_.dim, sc.cscore.data(), level_);
-    }
     sc.order.resize(v_.nlist);
     std::iota(sc.order.begin(), sc.order.end(), 0u);
     const float* cs = sc.cscore.data();
@@ -565,6 +569,7 @@ class IVFQuantSearcher {
   IVFQView v_;
   Level level_;
   PairKernel ip_, l2_;
+  std::vector<uint16_t> half_centroids_;  // (nlist, dim) float16, ranking only
 };
 
 }  // namespace vecsift
