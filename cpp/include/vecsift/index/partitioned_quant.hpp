@@ -554,7 +554,11 @@ class IVFQuantSearcher {
     std::iota(sc.order.begin(), sc.order.end(), 0u);
     const float* cs = sc.cscore.data();
     auto by_score = [cs](uint32_t a, uint32_t b) { return cs[a] > cs[b] || (cs[a] == cs[b] && a < b); };
-    std::partial_sort(sc.order.begin(), sc.order.begin() + std::min(nprobe, v_.nlist), sc.order.end(), by_score);
+    // The first nprobe in order (what partial_sort gives: the comparator breaks ties by list id),
+    // by selection then a sort of those few: linear in nlist instead of nlist log nprobe.
+    const auto mid = sc.order.begin() + std::min(nprobe, v_.nlist);
+    std::nth_element(sc.order.begin(), mid, sc.order.end(), by_score);
+    std::sort(sc.order.begin(), mid, by_score);
   }
 
   // The padded query rotated once into sc.rq.
