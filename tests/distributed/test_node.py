@@ -128,6 +128,7 @@ def test_request_vectors_travel_as_bytes():
     method, args = read_request(req)
     assert method == "search" and args[0] == 4 and args[2:] == (None, 10, SCOPE, {"threads": 1})
     assert args[1].dtype == np.float32 and args[1].shape == (2, DIM) and np.array_equal(args[1], q)
+    assert args[1].flags.writeable and args[1].flags.c_contiguous
     for other in (q.astype(np.float64), q[:, ::2], np.zeros((0, DIM), np.float32)):  # as they are / empty
         got = read_request(request("search_hybrid", 4, other, None, 10, SCOPE, {}))[1][1]
         assert got.dtype == other.dtype and got.shape == other.shape and np.array_equal(got, other)

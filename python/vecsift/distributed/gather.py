@@ -62,9 +62,13 @@ def ranked_hits(packed: list, k: int, rank_field: str) -> list:
     """The k best hits of several packed lists as Hits (by score, ties by id), rank_field renumbered 1..
     (the global rank). Each Hit made in one positional call: no keyword or setattr per field."""
     at = HIT_FIELDS.index(rank_field)
+    rows = [None] * len(packed)  # a list's hits as rows, transposed (in C) when first needed
     out = []
     for r, (i, j) in enumerate(merged_order(packed, k), 1):
-        row = [c[j] for c in packed[i]]
+        t = rows[i]
+        if t is None:
+            t = rows[i] = list(zip(*packed[i]))
+        row = list(t[j])
         row[at] = r
         out.append(Hit(*row))
     return out
@@ -102,12 +106,13 @@ def request(method: str, *args) -> bytes:
 
 
 def read_request(req: bytes) -> tuple:
-    """(method, args) of request()'s bytes, the query vectors an ndarray again (read-only, on the bytes)."""
+    """(method, args) of request()'s bytes, the query vectors an ndarray again (a writable copy, as an
+    unpickled ndarray is: a search path may normalise its queries in place)."""
     method, args = pickle.loads(req)
     at = _VECTORS_AT.get(method)
     if at is not None and type(args[at]) is tuple:
         raw, shape = args[at]
-        args = args[:at] + (np.frombuffer(raw, np.float32).reshape(shape),) + args[at + 1:]
+        args = args[:at] + (np.frombuffer(raw, np.float32).reshape(shape).copy(),) + args[at + 1:]
     return method, args
 
 
