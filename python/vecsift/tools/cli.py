@@ -250,21 +250,39 @@ def cmd_verify(args) -> int:
 def _tune_ivf(args) -> int:
     import numpy as np
     from vecsift.index.partitioned import IVFIndex, tuning_queries
-    from vecsift.tools.tune import tune
+    from vecsift.tools.tune_ivf import OVERSAMPLES, tune_ivf
     rows = np.load(args.vectors, mmap_mode="r") if args.vectors else None
     index = IVFIndex.open(args.dir, vectors=rows)
+    if index.scorer != "rabitq":
+        raise ValueError(f"{args.dir}: tuning needs RaBitQ codes (this file holds {index.scorer!r} codes)")
+    ladder = OVERSAMPLES if args.oversamples is None else _int_list(args.oversamples, "--oversamples")
     q, truth = tuning_queries(index, k=args.k, sample=args.sample, seed=args.seed,
                               queries=np.load(args.queries) if args.queries else None)
-    result = tune(lambda p: index.search(q, args.k, nprobe=p)[0], truth, args.k, args.target_recall, 1, index.nlist)
-    print(f"{'nprobe':>10} {'recall@' + str(args.k):>10} {'lower 95%':>10}")
-    for param, mean, low in sorted(result.curve):
-        print(f"{param:>10} {mean:>10.4f} {low:>10.4f}")
-    if result.param is None:
-        raise ValueError(f"no nprobe up to {index.nlist} reaches recall {args.target_recall}")
-    index.nprobe = result.param
+    result = tune_ivf(index, q, truth, args.k, args.target_recall, oversamples=ladder)
+    print(f"{'oversample':>10} {'nprobe':>8} {'recall@' + str(args.k):>10} {'lower 95%':>10} {'us/query':>10}")
+    for r in result.rows:
+        if r["nprobe"] is None:
+            print(f"{r['oversample']:>10} {'-':>8} {'not reached up to nprobe ' + str(index.nlist):>32}")
+        else:
+            print(f"{r['oversample']:>10} {r['nprobe']:>8} {r['recall']:>10.4f} {r['lower']:>10.4f} {r['us']:>10.0f}")
+    if result.nprobe is None:
+        raise ValueError(f"no nprobe up to {index.nlist} reaches recall {args.target_recall} "
+                         f"at oversample {max(r['oversample'] for r in result.rows)}")
+    index.nprobe, index.oversample = result.nprobe, result.oversample
     index.save(args.dir, include_vectors=rows is None)  # new file, renamed over the old one
-    print(f"chosen nprobe={result.param} (stored as the index's default)")
+    print(f"chosen nprobe={result.nprobe} oversample={result.oversample} (the fastest one-query time; "
+          f"stored as the index's defaults)")
     return 0
+
+
+def _int_list(text, name):
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{name} takes whole numbers separated by commas, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{name} takes positive whole numbers, got {text!r}")
+    return values
 
 
 def cmd_tune(args) -> int:
@@ -314,13 +332,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
 
     t = sub.add_parser("tune", help="find the smallest ef / oversample (IVF file: nprobe) reaching a recall target")
-    t.add_argument("dir", help="collection directory, or a saved IVFIndex file (tunes nprobe)")
+    t.add_argument("dir", help="collection directory, or a saved IVFIndex file (tunes nprobe and oversample)")
     t.add_argument("--vectors", default=None, help="IVF file saved without rows: the float32 rows (.npy)")
     t.add_argument("--target-recall", type=float, default=0.95)
     t.add_argument("--k", type=int, default=10)
     t.add_argument("--sample", type=int, default=500, help="collection rows used as queries")
     t.add_argument("--queries", default=None, help="a .npy file of queries instead of sampled rows")
     t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--oversamples", default=None,
+                   help="IVF file only: oversample values to try, e.g. 4,16,64 (default 4,8,16,32,64,128 and "
+                        "the index's own); the fastest pair reaching the target is kept")
     t.add_argument("--quiet", action="store_true")
     t.set_defaults(func=cmd_tune)
 
