@@ -204,6 +204,9 @@ class PyIVFQ {
               "cosine needs inv_norm with one entry per row");
       v_.inv_norm = inv_norm->data();
     }
+    // Ranking sorts lists by centroid score: a NaN there would break the ordering.
+    require(all_finite(centroids.data(), static_cast<size_t>(centroids.size())),
+            "centroids hold NaN or infinite values");
     v_.centroids = centroids.data();
     v_.centres = centres.data();
     v_.centres_rot = centres_rot.data();

@@ -309,3 +309,29 @@ def test_bad_input(data):
         ix.search(q, 10, allow=np.ones(5, bool))
     with pytest.raises(ValueError, match="queries"):
         ix.search(np.ones((2, DIM + 1), np.float32), 10)
+
+
+def test_l2_lists_ranked_at_any_scale():
+    """Lists are ranked on float16 centroids only for cosine / ip (unit centroids): l2 centroids
+    at a scale past float16's range (65504) must rank exactly as at scale 1 (2^20 is exact)."""
+    x, q = clustered(3000, 20, dim=32, centres=12, spread=0.6, seed=9)
+    small = IVFIndex.build(x, nlist=16, metric="l2", nprobe=3, oversample=8)
+    big = IVFIndex.build(x * np.float32(2 ** 20), nlist=16, metric="l2", nprobe=3, oversample=8)
+    a, b = small.search(q, 10), big.search(q * np.float32(2 ** 20), 10)
+    np.testing.assert_array_equal(a[0], b[0])
+
+
+def test_non_finite_centroids_are_refused(tmp_path):
+    from vecsift import CorruptIndexError
+    from vecsift.index import partitioned_io
+    x, _ = clustered(800, 2, dim=32, centres=4, spread=0.5, seed=2)
+    ix = IVFIndex.build(x, nlist=4)
+    path = tmp_path / "n.ivf"
+    ix.save(path)
+    meta, arr = partitioned_io.read(path)
+    meta.pop("_version")
+    sections = {k: np.array(v) for k, v in arr.items()}
+    sections["centroids"][1, 3] = np.nan
+    partitioned_io.write(path, meta, sections)
+    with pytest.raises(CorruptIndexError, match="centroids"):
+        IVFIndex.open(path)

@@ -196,10 +196,17 @@ class IVFQuantSearcher {
   static constexpr size_t kBatchQueries = 8, kBatchChunk = 4096;
 
   IVFQuantSearcher(const IVFQView& v, Level level)
-      : v_(v), level_(level), ip_(ip_kernel(level)), l2_(l2sq_kernel(level)),
-        half_centroids_(v.nlist * v.dim) {
-    to_half(v.centroids, v.nlist * v.dim, half_centroids_.data());
+      : v_(v), level_(level), ip_(ip_kernel(level)), l2_(l2sq_kernel(level)) {
+    // Cosine and ip centroids are unit vectors (spherical k-means): float16 keeps them to 2^-11.
+    // l2 centroids live at the data's scale, which float16's range (65504) may not hold.
+    float top = 0;
+    for (size_t i = 0; i < v.nlist * v.dim; ++i) top = std::max(top, std::fabs(v.centroids[i]));
+    if (v.metric != Metric::L2 && top <= kHalfCentroidMax) {
+      half_centroids_.resize(v.nlist * v.dim);
+      to_half(v.centroids, v.nlist * v.dim, half_centroids_.data());
+    }
   }
+  static constexpr float kHalfCentroidMax = 64.0f;
 
   const IVFQView& view() const { return v_; }
 
@@ -542,14 +549,18 @@ class IVFQuantSearcher {
   }
 
   // Centroid similarities into sc.cscore and the first nprobe lists ranked in sc.order.
-  // Scored against the float16 copy of the centroids: half the bytes of the
-  // float32 ones, which every query reads whole (kernels/half.hpp).
+  // Cosine / ip: scored against the float16 copy of the centroids, half the bytes
+  // of the float32 ones, which every query reads whole (kernels/half.hpp).
   void rank_lists(const float* q, size_t nprobe, Scratch& sc) const {
     sc.cscore.resize(v_.nlist);
-    const bool l2 = v_.metric == Metric::L2;
-    half_block(q, half_centroids_.data(), v_.nlist, v_.dim, l2, sc.cscore.data(), level_);
-    if (l2)
+    if (!half_centroids_.empty()) {
+      half_block(q, half_centroids_.data(), v_.nlist, v_.dim, false, sc.cscore.data(), level_);
+    } else if (v_.metric == Metric::L2) {
+      l2sq_block(q, v_.centroids, v_.nlist, v_.dim, sc.cscore.data(), level_);
       for (size_t c = 0; c < v_.nlist; ++c) sc.cscore[c] = -sc.cscore[c];
+    } else {
+      ip_block(q, v_.centroids, v_.nlist, v_.dim, sc.cscore.data(), level_);
+    }
     sc.order.resize(v_.nlist);
     std::iota(sc.order.begin(), sc.order.end(), 0u);
     const float* cs = sc.cscore.data();
@@ -573,7 +584,7 @@ class IVFQuantSearcher {
   IVFQView v_;
   Level level_;
   PairKernel ip_, l2_;
-  std::vector<uint16_t> half_centroids_;  // (nlist, dim) float16, ranking only
+  std::vector<uint16_t> half_centroids_;  // (nlist, dim) float16 for ranking, or empty (float32 ranking)
 };
 
 }  // namespace vecsift
