@@ -350,6 +350,7 @@ def test_dense_rotation_writes_format_2_that_earlier_releases_read(tmp_path):
     partitioned_io.write(tmp_path / "old.ivf", old_meta, _rabitq_sections(dn), version=2)
     oo = IVFIndex.open(tmp_path / "old.ivf")
     assert oo.rotation == "dense"
+    assert vecsift.index.partitioned.describe(tmp_path / "old.ivf")["rotation"] == "dense"
     a, b = oo.search(q, 10), dn.search(q, 10)
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_array_equal(a[1], b[1])

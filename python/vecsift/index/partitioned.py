@@ -671,6 +671,8 @@ def describe(path) -> dict:
                 "oversample", "rescore", "confidence", "refine", "has_vectors"):
         if key in meta:
             out[key] = meta[key]
+    if out.get("scorer") == "rabitq" and version == partitioned_io.DENSE_VERSION:
+        out["rotation"] = "dense"  # format 2 files have no rotation field
     out["file_bytes"] = nbytes
     out["file_bytes_per_vector"] = round(nbytes / n, 1) if n else None
     out["balance"] = kmeans.balance(sizes)
