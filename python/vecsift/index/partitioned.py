@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 from vecsift import _core
-from vecsift._arrays import as_vectors, check_cells, check_k, check_threads
+from vecsift._arrays import as_vectors, check_cells, check_k, check_threads, unit_queries
 from vecsift.allow import allow_arrays
 from vecsift.errors import CorruptIndexError
 from vecsift.index import kmeans
@@ -504,9 +504,7 @@ class IVFIndex:
             st = {"lists": 0, "rows": 0, "exact": 0, "rescored": 0}
             return (ids, scores, st) if return_stats else (ids, scores)
         if self._metric == "cosine":
-            nrm = np.linalg.norm(q, axis=1, keepdims=True)
-            nrm[nrm == 0] = 1.0
-            q = np.ascontiguousarray(q / nrm, dtype=np.float32)
+            q = np.ascontiguousarray(unit_queries(q), dtype=np.float32)  # in the core: what every search path uses
         mask, aids = allow_arrays(allow, len(self))
         if self._scorer == "rabitq":
             ids, scores, stats = self._core.search(q, k, nprobe, oversample, int(min_candidates), bool(exact_small),
