@@ -154,7 +154,6 @@ class PyIVFQ {
     require_matrix(centroids, "centroids");
     require_matrix(centres, "centres");
     require_matrix(centres_rot, "centres_rot");
-    require_matrix(rotation, "rotation");
     require_matrix(factors, "factors");
     require_matrix(vectors, "vectors");
     require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "bits must be 1, 2, 4 or 8");
@@ -279,7 +278,6 @@ class PyIVFQ {
 // Codes of rows against code centres: (planes (n, bits*D/8) uint8, factors (n, 5) float32).
 py::tuple ivf_quant_encode_py(const F32Array& rotation, const F32Array& centres, const F32Array& rows,
                               const I64Flat& centre_of, const std::string& metric, int bits, long threads) {
-  require_matrix(rotation, "rotation");
   require_matrix(centres, "centres");
   require_matrix(rows, "rows");
   require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "bits must be 1, 2, 4 or 8");
@@ -377,14 +375,13 @@ py::array_t<uint16_t> to_half_py(const F32Array& x) {
   return out;
 }
 
-// Scores of a float32 query against float16 rows (the IVF list ranking), at a SIMD level.
-F32Array half_scores_py(const F32Array& q, const py::array_t<uint16_t, py::array::c_style>& rows, bool l2,
-                        int level) {
+// Inner products of a float32 query with float16 rows (the IVF list ranking), at a SIMD level.
+F32Array half_scores_py(const F32Array& q, const py::array_t<uint16_t, py::array::c_style>& rows, int level) {
   require(q.ndim() == 1, "q must be 1-d");
   require(rows.ndim() == 2 && rows.shape(1) == q.shape(0), "rows must be (n, len(q))");
   const size_t n = rows.shape(0), d = rows.shape(1);
   F32Array out(n);
-  half_block(q.data(), rows.data(), n, d, l2, out.mutable_data(), level_arg(level));
+  half_ip_block(q.data(), rows.data(), n, d, out.mutable_data(), level_arg(level));
   return out;
 }
 
@@ -419,7 +416,7 @@ void bind_partitioned(py::module_& m) {
   m.def("ivf_quant_rotate", &ivf_quant_rotate_py, py::arg("rotation"), py::arg("x"));
   m.def("ivf_luts_match", &ivf_luts_match_py, py::arg("qu"), py::arg("query_bits"));
   m.def("to_half", &to_half_py, py::arg("x"));
-  m.def("half_scores", &half_scores_py, py::arg("q"), py::arg("rows"), py::arg("l2"), py::arg("level") = -1);
+  m.def("half_scores", &half_scores_py, py::arg("q"), py::arg("rows"), py::arg("level") = -1);
   m.def("ivf_assign", &ivf_assign_py, py::arg("centroids"), py::arg("rows"), py::arg("metric"),
         py::arg("threads") = 0);
 }

@@ -253,8 +253,6 @@ def _tune_ivf(args) -> int:
     from vecsift.tools.tune_ivf import OVERSAMPLES, tune_ivf
     rows = np.load(args.vectors, mmap_mode="r") if args.vectors else None
     index = IVFIndex.open(args.dir, vectors=rows)
-    if index.scorer != "rabitq":
-        raise ValueError(f"{args.dir}: tuning needs RaBitQ codes (this file holds {index.scorer!r} codes)")
     ladder = OVERSAMPLES if args.oversamples is None else _int_list(args.oversamples, "--oversamples")
     q, truth = tuning_queries(index, k=args.k, sample=args.sample, seed=args.seed,
                               queries=np.load(args.queries) if args.queries else None)

@@ -554,7 +554,7 @@ class IVFQuantSearcher {
   void rank_lists(const float* q, size_t nprobe, Scratch& sc) const {
     sc.cscore.resize(v_.nlist);
     if (!half_centroids_.empty()) {
-      half_block(q, half_centroids_.data(), v_.nlist, v_.dim, false, sc.cscore.data(), level_);
+      half_ip_block(q, half_centroids_.data(), v_.nlist, v_.dim, sc.cscore.data(), level_);
     } else if (v_.metric == Metric::L2) {
       l2sq_block(q, v_.centroids, v_.nlist, v_.dim, sc.cscore.data(), level_);
       for (size_t c = 0; c < v_.nlist; ++c) sc.cscore[c] = -sc.cscore[c];
