@@ -14,6 +14,7 @@ using namespace vecsift;
 namespace {
 
 using I64Flat = py::array_t<int64_t, py::array::c_style>;
+using U16Array = py::array_t<uint16_t, py::array::c_style>;
 
 Metric ivf_metric(const std::string& m) {
   if (m == "ip") return Metric::IP;
@@ -148,9 +149,11 @@ class PyIVFQ {
  public:
   PyIVFQ(F32Array centroids, F32Array centres, F32Array centres_rot, F32Array rotation, I64Flat list_block,
          I64Flat list_size, I64Flat slot_row, U8Array codes, F32Array factors, F32Array vectors,
-         std::optional<F32Array> inv_norm, const std::string& metric, int bits)
+         std::optional<F32Array> inv_norm, const std::string& metric, int bits, std::optional<F32Array> rank_basis,
+         std::optional<U16Array> rank_proj)
       : arrays_{centroids, centres, centres_rot, rotation, factors, vectors},
-        list_block_(list_block), list_size_(list_size), slot_row_(slot_row), codes_(codes), inv_norm_(inv_norm) {
+        list_block_(list_block), list_size_(list_size), slot_row_(slot_row), codes_(codes), inv_norm_(inv_norm),
+        rank_basis_(rank_basis), rank_proj_(rank_proj) {
     require_matrix(centroids, "centroids");
     require_matrix(centres, "centres");
     require_matrix(centres_rot, "centres_rot");
@@ -216,6 +219,20 @@ class PyIVFQ {
     v_.codes = codes.data();
     v_.factors = factors.data();
     v_.vectors = vectors.data();
+    require(rank_basis.has_value() == rank_proj.has_value(), "rank_basis and rank_proj go together");
+    if (rank_basis) {
+      require_matrix(*rank_basis, "rank_basis");
+      const size_t r = rank_basis->shape(0);
+      require(r > 0 && static_cast<size_t>(rank_basis->shape(1)) == v_.dim, "rank_basis must be (r, dim)");
+      require(rank_proj->ndim() == 2 && static_cast<size_t>(rank_proj->shape(0)) == v_.nlist &&
+                  static_cast<size_t>(rank_proj->shape(1)) == r,
+              "rank_proj must be (nlist, r)");
+      require(all_finite(rank_basis->data(), static_cast<size_t>(rank_basis->size())),
+              "rank_basis holds NaN or infinite values");
+      v_.rank_basis = rank_basis->data();
+      v_.rank_proj = rank_proj->data();
+      v_.rank_dims = r;
+    }
     searcher_ = std::make_unique<IVFQuantSearcher>(v_, active_level());
   }
 
@@ -270,7 +287,8 @@ class PyIVFQ {
   std::vector<F32Array> arrays_;
   I64Flat list_block_, list_size_, slot_row_;
   U8Array codes_;
-  std::optional<F32Array> inv_norm_;
+  std::optional<F32Array> inv_norm_, rank_basis_;
+  std::optional<U16Array> rank_proj_;
   IVFQView v_;
   std::unique_ptr<IVFQuantSearcher> searcher_;
 };
@@ -401,10 +419,12 @@ void bind_partitioned(py::module_& m) {
            py::arg("allow_ids") = py::none(), py::arg("threads") = 0);
   py::class_<PyIVFQ>(m, "IVFQuant")
       .def(py::init<F32Array, F32Array, F32Array, F32Array, I64Flat, I64Flat, I64Flat, U8Array, F32Array, F32Array,
-                    std::optional<F32Array>, const std::string&, int>(),
+                    std::optional<F32Array>, const std::string&, int, std::optional<F32Array>,
+                    std::optional<U16Array>>(),
            py::arg("centroids"), py::arg("centres"), py::arg("centres_rot"), py::arg("rotation"), py::arg("list_block"),
            py::arg("list_size"), py::arg("slot_row"), py::arg("codes"), py::arg("factors"), py::arg("vectors"),
-           py::arg("inv_norm"), py::arg("metric"), py::arg("bits"))
+           py::arg("inv_norm"), py::arg("metric"), py::arg("bits"), py::arg("rank_basis") = py::none(),
+           py::arg("rank_proj") = py::none())
       .def("search", &PyIVFQ::search, py::arg("queries"), py::arg("k"), py::arg("nprobe"), py::arg("oversample"),
            py::arg("min_candidates"), py::arg("exact_small"), py::arg("query_bits"), py::arg("rescore"),
            py::arg("confidence"), py::arg("allow_mask") = py::none(), py::arg("allow_ids") = py::none(),

@@ -43,6 +43,7 @@ from vecsift.allow import allow_arrays
 from vecsift.errors import CorruptIndexError
 from vecsift.index import kmeans
 from vecsift.index import partitioned_io
+from vecsift.index.list_ranking import rank_basis
 from vecsift.index.flat import check_metric
 from vecsift.index.quantised import SUPPORTED_BITS, default_code_dim, default_query_bits
 
@@ -215,6 +216,7 @@ class IVFIndex:
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
         self._seed = int(seed)
         self._centroids = None
+        self._rank = None  # (centroids, basis, projections) of two-stage list ranking
         self._groups = None  # two-level k-means cells (train only; not stored: adds after open assign flat)
         self._assign_top = ASSIGN_TOP
         self.build_times = {}  # seconds of the last add: read, assign, encode, layout
@@ -454,12 +456,21 @@ class IVFIndex:
         self._install(layout, vecs, inv, path=None)
         self.build_times["layout_s"] = round(time.perf_counter() - t0, 3)
 
+    def _list_ranking(self):
+        """(basis, projections) of two-stage list ranking for the current centroids, or
+        (None, None) (list_ranking.py); computed once per set of centroids."""
+        cached = self._rank
+        if cached is None or cached[0] is not self._centroids:
+            cached = self._rank = (self._centroids, *rank_basis(self._centroids, self._metric))
+        return cached[1], cached[2]
+
     def _install(self, layout, vectors, inv_norm, path):
         if self._scorer == "rabitq":
             m = self._model
+            basis, proj = self._list_ranking()
             core = _core.IVFQuant(self._centroids, m["centres"], m["centres_rot"], m["rotation"], layout.list_block,
                                   layout.list_size, layout.slot_row, layout.codes, layout.factors, vectors,
-                                  inv_norm, self._metric, self._bits)
+                                  inv_norm, self._metric, self._bits, basis, proj)
         else:
             core = _core.IVF(self._centroids, layout.list_block, layout.list_size, layout.slot_row, layout.codes,
                              vectors, inv_norm, self._metric, self._scorer)
