@@ -387,6 +387,17 @@ py::array_t<int64_t> ivf_assign_py(const F32Array& centroids, const F32Array& ro
 }
 
 // float16 bits of x (round to nearest even), for the tests against numpy.
+// The permutation select_largest writes (the m best first), for tests against numpy.
+py::array_t<uint32_t> select_largest_py(const F32Array& scores, size_t m) {
+  require(scores.ndim() == 1, "scores must be 1-d");
+  const size_t n = scores.shape(0);
+  require(all_finite(scores.data(), n), "scores hold NaN or infinite values");
+  py::array_t<uint32_t> order(n);
+  std::vector<uint32_t> scratch;
+  select_largest(scores.data(), n, m, order.mutable_data(), scratch);
+  return order;
+}
+
 py::array_t<uint16_t> to_half_py(const F32Array& x) {
   py::array_t<uint16_t> out(x.size());
   to_half(x.data(), static_cast<size_t>(x.size()), out.mutable_data());
@@ -436,6 +447,7 @@ void bind_partitioned(py::module_& m) {
   m.def("ivf_quant_rotate", &ivf_quant_rotate_py, py::arg("rotation"), py::arg("x"));
   m.def("ivf_luts_match", &ivf_luts_match_py, py::arg("qu"), py::arg("query_bits"));
   m.def("to_half", &to_half_py, py::arg("x"));
+  m.def("select_largest", &select_largest_py, py::arg("scores"), py::arg("m"));
   m.def("half_scores", &half_scores_py, py::arg("q"), py::arg("rows"), py::arg("level") = -1);
   m.def("ivf_assign", &ivf_assign_py, py::arg("centroids"), py::arg("rows"), py::arg("metric"),
         py::arg("threads") = 0);

@@ -46,6 +46,7 @@
 #include "vecsift/kernels/quant_codes.hpp"
 #include "vecsift/kernels/quant_rotation.hpp"
 #include "vecsift/kernels/quant_scan.hpp"
+#include "vecsift/kernels/select.hpp"
 #include "vecsift/kernels/topk.hpp"
 
 namespace vecsift {
@@ -255,7 +256,7 @@ class IVFQuantSearcher {
   };
   struct Scratch {
     std::vector<float> cscore, pad, rq, qr, qproj;
-    std::vector<uint32_t> order;
+    std::vector<uint32_t> order, keys;  // keys: select_largest scratch
     std::vector<uint32_t> lanes;       // allow word per block, written for probed lists only
     std::vector<ListQuery> lq;         // per list (per centre for "global": entry 0)
     QuantQuery query;
@@ -417,14 +418,16 @@ class IVFQuantSearcher {
       quant_sums(level_, blocks, sc.query.luts.data(), sc.query.passes(), 0, b1 - b0, sink,
                  sc.query.wide.empty() ? nullptr : sc.query.wide.data());
     }
-    auto cand = top.sorted();
+    auto cand = top.best();
     finish(q, cand, sc.lq, per_list, p, ids, scores, st);
   }
 
-  // Rescoring of the code-stage candidates (best first) by the policy of p.
+  // Rescoring of the code-stage candidates (in any order) by the policy of p.
   void finish(const float* q, std::vector<Candidate<float>>& cand, const std::vector<ListQuery>& lq, bool per_list,
               const IVFQParams& p, int64_t* ids, float* scores, IVFQStats& st) const {
     if (p.rescore == IVFRescore::None) {
+      const auto mid = cand.begin() + static_cast<std::ptrdiff_t>(std::min(p.k, cand.size()));
+      std::partial_sort(cand.begin(), mid, cand.end(), better<float>);
       for (size_t j = 0; j < p.k; ++j) {
         ids[j] = j < cand.size() ? v_.slot_row[cand[j].id] : -1;
         scores[j] = j < cand.size() ? -cand[j].key : -std::numeric_limits<float>::infinity();
@@ -547,7 +550,7 @@ class IVFQuantSearcher {
     parallel_for(tq, tq, [&](size_t t) {
       for (size_t q = nq * t / tq; q < nq * (t + 1) / tq; ++q) {
         for (size_t u = 1; u < ts; ++u) tops[q].merge(tops[u * nq + q]);
-        auto cand = tops[q].sorted();
+        auto cand = tops[q].best();
         finish(queries + q * v_.dim, cand, lq[q], false, p, out_ids + q * p.k, out_scores + q * p.k, per[t]);
       }
     });
@@ -575,10 +578,9 @@ class IVFQuantSearcher {
     ip_block(q, v_.rank_basis, r, d, sc.qproj.data(), level_);
     half_ip_block(sc.qproj.data(), v_.rank_proj, v_.nlist, r, sc.cscore.data(), level_);
     sc.order.resize(v_.nlist);
-    std::iota(sc.order.begin(), sc.order.end(), 0u);
     const float* cs = sc.cscore.data();
     auto by_score = [cs](uint32_t a, uint32_t b) { return cs[a] > cs[b] || (cs[a] == cs[b] && a < b); };
-    std::nth_element(sc.order.begin(), sc.order.begin() + L, sc.order.end(), by_score);
+    select_largest(sc.cscore.data(), v_.nlist, L, sc.order.data(), sc.keys);
     for (size_t i = 0; i < L; ++i) {
       const uint32_t l = sc.order[i];
       half_ip_block(q, half_centroids_.data() + static_cast<size_t>(l) * d, 1, d, &sc.cscore[l], level_);
@@ -604,14 +606,13 @@ class IVFQuantSearcher {
       ip_block(q, v_.centroids, v_.nlist, v_.dim, sc.cscore.data(), level_);
     }
     sc.order.resize(v_.nlist);
-    std::iota(sc.order.begin(), sc.order.end(), 0u);
     const float* cs = sc.cscore.data();
     auto by_score = [cs](uint32_t a, uint32_t b) { return cs[a] > cs[b] || (cs[a] == cs[b] && a < b); };
     // The first nprobe in order (what partial_sort gives: the comparator breaks ties by list id),
-    // by selection then a sort of those few: linear in nlist instead of nlist log nprobe.
-    const auto mid = sc.order.begin() + std::min(nprobe, v_.nlist);
-    std::nth_element(sc.order.begin(), mid, sc.order.end(), by_score);
-    std::sort(sc.order.begin(), mid, by_score);
+    // by radix selection then a sort of those few: linear in nlist instead of nlist log nprobe.
+    const size_t m = std::min(nprobe, v_.nlist);
+    select_largest(cs, v_.nlist, m, sc.order.data(), sc.keys);
+    std::sort(sc.order.begin(), sc.order.begin() + m, by_score);
   }
 
   // The padded query rotated once into sc.rq.

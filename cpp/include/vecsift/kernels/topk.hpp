@@ -112,6 +112,13 @@ class TopKBuffer {
     return std::move(buf_);
   }
 
+  // The same k best in no particular order (for callers that rescore them all); the buffer is consumed.
+  std::vector<Candidate<Key>> best() {
+    if (buf_.size() > k_) cut();
+    cut_ = false;
+    return std::move(buf_);
+  }
+
  private:
   void cut() {
     std::nth_element(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(k_ - 1), buf_.end(), better<Key>);
