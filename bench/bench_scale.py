@@ -263,6 +263,8 @@ def main():
     ap.add_argument("--scorer", default="rabitq")
     ap.add_argument("--bits", type=int, default=2)
     ap.add_argument("--centre", default="global")
+    ap.add_argument("--code-dim", type=int, default=None,
+                    help="rotated dimensions of the codes (default: IVFIndex's, 448 at 1-2 bits for 384-d)")
     ap.add_argument("--rescore", type=str, default="bound")
     ap.add_argument("--kmeans", default="auto", help="auto | flat | two_level (IVFIndex.train method)")
     ap.add_argument("--assign-top", type=int, default=3, help="two_level: coarse cells a row is assigned among")
@@ -359,6 +361,8 @@ def main():
     qps_q = queries[:args.qps_queries]
 
     kind = (f"rabitq{args.bits}{args.centre[0]}" if args.scorer == "rabitq" else "sign")
+    if args.code_dim and args.scorer == "rabitq":
+        kind += f"d{args.code_dim}"
     km = args.kmeans if args.kmeans != "auto" else ("two_level" if nlist >= vecsift.index.partitioned.TWO_LEVEL_MIN_NLIST
                                                      else "flat")
     if km == "two_level":
@@ -372,7 +376,8 @@ def main():
     if run_all or "ivf" in phases:
         if args.rebuild or not index_path.exists():
             t0 = time.perf_counter()
-            ix = vecsift.IVFIndex(DIM, nlist, "ip", scorer=args.scorer, bits=args.bits, centre=args.centre)
+            kw = {"code_dim": args.code_dim} if args.code_dim and args.scorer == "rabitq" else {}
+            ix = vecsift.IVFIndex(DIM, nlist, "ip", scorer=args.scorer, bits=args.bits, centre=args.centre, **kw)
             ix.train(base, method=args.kmeans, coarse=args.coarse, assign_top=args.assign_top,
                      sample_per_list=args.sample_per_list, iters=args.iters)
             t1 = time.perf_counter()
