@@ -382,9 +382,30 @@ __attribute__((target("avx2"))) inline uint32_t quant_scores_above_avx2(const Qu
   return pass;
 }
 
+// The same operations sixteen rows at a time (half the instructions of the AVX2 form; the same bits).
+__attribute__((target("avx512f"))) inline uint32_t quant_scores_above_avx512(const QuantScoreArgs& f, size_t row0,
+                                                                             const uint32_t* S, float need,
+                                                                             float* est) {
+  const __m512 dq = _mm512_set1_ps(f.e.dq), lo = _mm512_set1_ps(f.e.lo), K = _mm512_set1_ps(f.e.K),
+               mq = _mm512_set1_ps(f.e.mq), cq = _mm512_set1_ps(f.e.cq), nd = _mm512_set1_ps(need);
+  uint32_t pass = 0;
+  for (size_t l = 0; l < kQuantBlockRows; l += 16) {
+    const __m512 s = _mm512_cvtepi32_ps(_mm512_loadu_si512(S + l));
+    const __m512 t1 = _mm512_mul_ps(dq, s);
+    const __m512 t2 = _mm512_mul_ps(lo, _mm512_loadu_ps(f.su + row0 + l));
+    const __m512 t3 = _mm512_sub_ps(_mm512_add_ps(t1, t2), K);
+    const __m512 t4 = _mm512_mul_ps(_mm512_loadu_ps(f.a + row0 + l), t3);
+    const __m512 e = _mm512_add_ps(_mm512_mul_ps(mq, t4), _mm512_add_ps(_mm512_loadu_ps(f.add + row0 + l), cq));
+    _mm512_storeu_ps(est + l, e);
+    pass |= static_cast<uint32_t>(_mm512_cmp_ps_mask(e, nd, _CMP_GT_OQ)) << l;
+  }
+  return pass;
+}
+
 // est: 32 floats, 32-byte aligned.
 inline uint32_t quant_scores_above(Level level, const QuantScoreArgs& f, size_t row0, const uint32_t* S, float need,
                                    float* est) {
+  if (level == Level::AVX512) return quant_scores_above_avx512(f, row0, S, need, est);
   if (level != Level::Scalar) return quant_scores_above_avx2(f, row0, S, need, est);
   quant_scores_scalar(f, row0, S, est);
   uint32_t pass = 0;
