@@ -686,16 +686,40 @@ class Collection:
                             weights, ef, oversample, threads, stats, deadline)[0]
 
     def _one_query(self):
-        """(snapshot, manifest, limits override, run or None): the fast path of search() for them. None
+        """(snapshot, manifest, limits override, run or None, rows or None): the fast path of search()
+        for them, and the same without Hits (run.rows, for _search_rows; None when audited). None
         while the collection is closed, or audits its searches with record_query (the general path
         records the query); an audited fast path queues the records the general path would write."""
         snap, m, lim = self._snap, self._manifest, self._limits
-        run = None
+        run = rows = None
         if not self._closed:
             run = cascade.one_query(snap, self.limits)
-            if run is not None and m.audit:  # each call it serves queued as its record (audit.audited_one)
-                run = auditing.audited_one(self, m.audit, run)
-        return snap, m, lim, run
+            if run is not None:
+                rows = None if m.audit else run.rows
+                if m.audit:  # each call it serves queued as its record (audit.audited_one)
+                    run = auditing.audited_one(self, m.audit, run)
+        return snap, m, lim, run, rows
+
+    def _search_rows(self, vector, k: int = 10, ef=None, threads: int = 0):
+        """Internal, for a sharded collection's node actors (vecsift.distributed): search(vector, k,
+        ef=, threads=) on its single-query fast path without making Hits, so that Hits are made only
+        for the rows a node keeps of its shards. Returns (rows, scores, columns): lists, best first,
+        padded with -1, and columns(rows, scores, dense_ranks) -> the fields of the Hits search() would
+        return for some of those rows (HitBuilder.columns: one list per Hit field, read from the
+        snapshot that was searched). None whenever search() would not serve the call on its fast
+        path (tenants or ACLs, deleted rows, audited searches, an argument it does not take, bad
+        input...): the caller then calls search(), which refuses, filters or raises as it does."""
+        one = self._one
+        if one is None or one[0] is not self._snap or one[1] is not self._manifest or one[2] is not self._limits:
+            one = self._one = self._one_query()
+        if one[4] is None:
+            return None
+        got = one[4](vector, k, ef, threads)
+        if got is None:
+            return None
+        snap = one[0]
+        hb, metric = snap.hits, snap.metric
+        return got[0], got[1], lambda rl, sl, ranks: hb.columns(rl, sl, ranks, metric)
 
     def search_batch(self, vectors=None, texts=None, k: int = 10, tenant=None, groups=None, where=None, *,
                      mode=None, candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,

@@ -8,7 +8,8 @@ Hits are made positionally in one map() call.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from operator import attrgetter
 
 import numpy as np
 
@@ -58,6 +59,9 @@ class Hit:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+_FIELDS = tuple(f.name for f in fields(Hit))
 
 
 def _distances(slist: list, metric):
@@ -196,6 +200,31 @@ class HitBuilder:
         provs = provs_of([cols[i] for i in prov]) if prov else [{} for _ in range(n)]
         return list(map(Hit, cols[i_id], slist, none if i_doc is None else cols[i_doc], texts, metas, provs,
                         none if i_ten is None else cols[i_ten], ranks, none, dist))
+
+    def columns(self, rl: list, slist: list, ranks: list, metric: str | None) -> tuple:
+        """The fields of the Hits from_lists would make for rows rl (no padding), scores slist and
+        dense ranks `ranks`, as one list per Hit field (in the dataclass's order), no Hit made: what
+        a sharded collection's node actor sends for the rows it keeps of a shard's search."""
+        n = len(rl)
+        none = [None] * n
+        dist = _distances(slist, metric)
+        plan = self._one
+        if plan is None:
+            plan = self._one = self._one_plan()
+        if n == 0:
+            return tuple([] for _ in _FIELDS)
+        if plan is False:
+            hits = self.build(np.array(rl, np.int64), slist, dense_ranks=list(ranks), distances=dist)
+            return tuple(map(list, zip(*map(attrgetter(*_FIELDS), hits))))
+        readers, i_id, i_doc, i_text, i_disp, i_ten, meta, metas_of, prov, provs_of = plan
+        cols = take_columns(readers, rl)
+        texts = none if i_text is None else cols[i_text]
+        if i_disp is not None:
+            texts = [t if d is None else d for d, t in zip(cols[i_disp], texts)]
+        return (cols[i_id], list(slist), none if i_doc is None else cols[i_doc], texts,
+                metas_of([cols[i] for i in meta]) if meta else [{} for _ in range(n)],
+                provs_of([cols[i] for i in prov]) if prov else [{} for _ in range(n)],
+                none if i_ten is None else cols[i_ten], list(ranks), none, none if dist is None else dist)
 
     def build_dense(self, rows: np.ndarray, scores: np.ndarray, metric: str | None = None) -> list:
         """Hits per query of (q, k) dense results (rows -1 are padding): the rank is

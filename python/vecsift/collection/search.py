@@ -213,7 +213,9 @@ def one_query(snap, limits):
     """The fast path of Collection.search for the commonest call: one float32 vector, no tenant,
     groups or where, default options. Returns run(vector, k, ef, threads) -> Hits, which returns None
     whenever the call is not that case (the caller then runs the general path, which also raises
-    every error: bad input, NaN, limits); or None when this snapshot has no fast path.
+    every error: bad input, NaN, limits); or None when this snapshot has no fast path. run.rows is
+    the same search without the Hits: (rows, scores) lists, padded with -1 (a graph walk's rows all
+    below snap.n), or None where run returns None (Collection._search_rows).
 
     It does what the general path does for such a call, with what is per snapshot worked out once
     here: the allow set is every live row (so it applies only while nothing is deleted and the index
@@ -243,7 +245,7 @@ def one_query(snap, limits):
         g = dense.index._g
         ef0 = defaults.get("ef") or 0
 
-        def run(q, k, ef, threads):
+        def walk(q, k, ef, threads):
             if type(q) is not np.ndarray or q.dtype is not _F32 or q.shape != shape or not q.flags.c_contiguous \
                     or type(k) is not int or not 0 < k <= kmax or type(threads) is not int or threads < 0 \
                     or filters.has_tenants or filters.has_acl or dense._unchecked is not None:
@@ -260,10 +262,20 @@ def one_query(snap, limits):
             # then, the general path runs it clipped. The rows a walk returns are live (nothing is
             # deleted in this snapshot), so no other row can come back.
             try:  # the core checks the finiteness (and normalises cosine queries)
-                rows, scores = g.search_one(q, k, ef, threads or 1)
+                return g.search_one(q, k, ef, threads or 1)
             except ValueError:
                 return None  # the general path raises it with its own message
-            return hits.from_lists(rows, scores, metric, n)
+
+        def run(q, k, ef, threads):
+            got = walk(q, k, ef, threads)
+            return None if got is None else hits.from_lists(got[0], got[1], metric, n)
+
+        def rows_hnsw(q, k, ef, threads):
+            got = walk(q, k, ef, threads)
+            if got is None or (got[0] and max(got[0]) >= n):
+                return None
+            return got
+        run.rows = rows_hnsw
         return run
 
     vectors = snap.vectors
@@ -271,7 +283,7 @@ def one_query(snap, limits):
     over = int(getattr(dense, "oversample", 1) if over0 is None else over0)
     cosine = metric == "cosine"
 
-    def run(q, k, ef, threads):
+    def scan(q, k, ef, threads):
         if type(q) is not np.ndarray or q.dtype is not _F32 or q.shape != shape or not q.flags.c_contiguous \
                 or type(k) is not int or not 0 < k <= kmax or type(threads) is not int or threads < 0 \
                 or filters.has_tenants or filters.has_acl:
@@ -288,8 +300,17 @@ def one_query(snap, limits):
         with lock.read():
             if dense.growing or dense.size != n:
                 return None
-            rows, scores = dense.search(vectors, q2, k, None, n, oversample=over0, threads=threads)
-        return hits.dense_one(rows[0], scores[0], metric)
+            return dense.search(vectors, q2, k, None, n, oversample=over0, threads=threads)
+
+    def run(q, k, ef, threads):
+        got = scan(q, k, ef, threads)
+        return None if got is None else hits.dense_one(got[0][0], got[1][0], metric)
+
+    def rows_bq(q, k, ef, threads):
+        got = scan(q, k, ef, threads)
+        return None if got is None else (got[0][0].tolist(), got[1][0].tolist())
+    run.rows = rows_bq
+    return run
     return run
 
 
