@@ -133,3 +133,81 @@ def test_request_vectors_travel_as_bytes():
         got = read_request(request("search_hybrid", 4, other, None, 10, SCOPE, {}))[1][1]
         assert got.dtype == other.dtype and got.shape == other.shape and np.array_equal(got, other)
     assert read_request(request("statistics", 4, ["a b"], SCOPE)) == ("statistics", (4, ["a b"], SCOPE))
+
+
+def _node_of(root, tables, cargs):
+    node = NodeServer(root, [(s, f"shard-{s:02d}") for s in range(len(tables))], 0, "s1", cargs)
+    node.write({s: ("add", (t,)) for s, t in enumerate(tables)})
+    node.write({s: ("prepare", (1,)) for s in range(len(tables))})
+    write_cluster(root, {"generation": 1})
+    node.write({s: ("apply", (1,)) for s in range(len(tables))})
+    return node
+
+
+def _hit_route(node, shards, q, k):
+    """What the node sent before the rows route: each shard's Hits (search_hits), merged, then packed."""
+    return merge_hits([node.shards[s].search_hits(1, q, None, k, SCOPE, {"threads": 1})[1] for s in shards], k)
+
+
+@pytest.fixture(scope="module")
+def big_node(tmp_path_factory):
+    # shards large enough for Collection.search's fast path (a few hundred rows are scanned exactly),
+    # and one too small for it; the same vectors under other ids on other shards (exact score ties)
+    root = str(tmp_path_factory.mktemp("bignode"))
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((9000, DIM)).astype(np.float32)
+    x[3000:3050] = x[:50]  # shard 1 repeats shard 0's first 50 vectors
+    x[6000:6020] = x[:20]  # shard 2 too
+    tables, ids = [], []
+    for s, (a, b) in enumerate(((0, 3000), (3000, 6000), (6000, 9000), (9000, 9000))):
+        sid = [f"s{s}-{i:05d}" for i in range(b - a)] if s < 3 else [f"s3-{i}" for i in range(40)]
+        xs = x[a:b] if s < 3 else rng.standard_normal((40, DIM)).astype(np.float32)
+        tables.append(pa.table({"id": sid, "vector": pa.FixedSizeListArray.from_arrays(pa.array(xs.ravel()), DIM),
+                                "text": [f"t {i}" for i in sid], "doc_id": [f"d{i}" for i in sid]}))
+        ids.append(sid)
+    return _node_of(root, tables, {"dim": DIM, "metric": "cosine"}), x
+
+
+def test_rows_route_sends_what_the_hit_route_sent(big_node):
+    node, x = big_node
+    assert node.shards[0].col._search_rows(x[0] + 0.5, 10) is not None  # the route under test is live
+    assert node.shards[3].col._search_rows(x[0] + 0.5, 10) is None  # 40 rows: search()'s general path
+    rng = np.random.default_rng(10)
+    qs = list(rng.standard_normal((20, DIM)).astype(np.float32)) + [x[5], x[10] + 1e-3, x[30]]  # the last: ties
+    for shards in ([0, 1, 2], [0, 1, 2, 3], [1], [3], [0, 3]):
+        for k in (1, 10, 60):
+            for q in qs:
+                served, unserved, payload = _call(node, shards, "search", 1, q[None], None, k, SCOPE, {"threads": 1})
+                assert served == shards and unserved == {}
+                assert payload == [_hit_route(node, shards, q[None], k)[0]]
+    # the shards on the fast path do not make Hits: their search_hits is not called
+    srv = node.shards[0]
+    srv.search_hits = None
+    try:
+        assert _call(node, [0, 3], "search", 1, qs[0][None], None, 10, SCOPE, {"threads": 1})[1] == {}
+    finally:
+        del srv.search_hits
+
+
+def test_rows_route_ties_are_ordered_by_id(big_node):
+    node, x = big_node
+    _, _, payload = _call(node, [2, 1, 0], "search", 1, x[7][None], None, 3, SCOPE, {"threads": 1})
+    cols = payload[0]
+    # the same vector is on three shards: three equal top scores, ordered by id (not by shard or position)
+    assert cols[ID] == ["s0-00007", "s1-00007", "s2-00007"] and len(set(cols[SCORE])) == 1
+
+
+def test_rows_route_keeps_the_security_rules(tmp_path):
+    # a shard with tenants: an unscoped query is refused (not served from the rows route), a scoped one filtered
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((6000, DIM)).astype(np.float32)
+    tables = []
+    for s in range(2):
+        sid = [f"s{s}-{i}" for i in range(3000)]
+        tables.append(pa.table({"id": sid, "vector": pa.FixedSizeListArray.from_arrays(pa.array(x[s * 3000:(s + 1) * 3000].ravel()), DIM),
+                                "tenant": ["a" if i % 3 else "canary" for i in range(3000)]}))
+    node = _node_of(str(tmp_path), tables, {"dim": DIM, "metric": "cosine"})
+    with pytest.raises(ValueError, match="tenant"):
+        _call(node, [0, 1], "search", 1, x[:1], None, 10, SCOPE, {"threads": 1})
+    _, _, payload = _call(node, [0, 1], "search", 1, x[:1], None, 10, dict(SCOPE, tenant="a"), {"threads": 1})
+    assert len(payload[0][ID]) == 10 and set(payload[0][6]) == {"a"}

@@ -146,6 +146,36 @@ def test_approximate_dense_recall_no_lower(ray_cluster, tmp_path):
     single.close()
 
 
+def test_one_query_path_answers_as_the_general_path(ray_cluster, tmp_path):
+    """search(vector, k) alone takes the driver's one-query path and the node actors' rows route (Hits
+    made only for the k kept): the same Hits as the general path (a timeout given) and as a batch
+    (the node's Hit route), before and after deletes (which take the shards off Collection.search's
+    fast path); deleted rows never come back."""
+    ids, x, _, _ = corpus(12000, DIM, seed=21)
+    texts = [f"t{i}" for i in range(len(ids))]
+    sc = ShardedCollection.create(tmp_path / "sc", DIM, "cosine", shards=3)
+    sc.add(ids, x, texts=texts, doc_ids=[f"d{i // 4}" for i in range(len(ids))])
+    sc.commit()
+    q = np.random.default_rng(22).standard_normal((12, DIM)).astype(np.float32)
+    q[-2:] = x[:2]  # queries equal to stored rows
+    assert sc._search_one(q[0], 10) is not None  # the path under test is live
+    gone = set()
+    for phase in range(2):
+        for v in q:
+            for k in (1, 10, 25):
+                a = sc.search(v, k=k)
+                b = sc.search(v, k=k, timeout=60.0)
+                c = sc.search_batch(np.stack([v, v]), k=k)[0]
+                assert isinstance(a, SearchResult) and not a.partial and a.generation == b.generation == sc.generation
+                assert list(a) == list(b) == list(c) and len(a) == k
+                assert [h.dense_rank for h in a] == list(range(1, k + 1)) and a[0].text.startswith("t")
+                assert not gone & {h.id for h in a}
+        gone = set(ids[:3000:7]) | {ids[0]}
+        sc.delete(ids=sorted(gone))
+        sc.commit()
+    sc.close()
+
+
 @pytest.fixture(scope="module")
 def tenants(ray_cluster, tmp_path_factory):
     root = tmp_path_factory.mktemp("tenants")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import fcntl
 import itertools
 import os
+import pickle
 import threading
 import time
 import uuid
@@ -50,6 +51,8 @@ from vecsift.errors import VecsiftError
 
 MODES = ("dense", "sparse", "hybrid")
 _STATS_KEPT = 4096  # BM25 statistics cached per (generation, text, scope)
+_NO_SCOPE = {"tenant": None, "groups": None, "where": None}
+_ONE_THREAD = {"threads": 1}  # one thread a shard: the shards (and nodes) are the parallelism
 _COLLECTION_ARGS = ("index", "model", "pipeline_version", "filter_fields", "index_heading_path", "bm25_k1", "bm25_b")
 
 
@@ -529,6 +532,11 @@ class ShardedCollection:
         ShardUnavailableError, unless allow_partial=True, which returns what the
         others found with result.partial and result.missing_shards set. threads: per
         shard (default 1: the shards are the parallelism)."""
+        if text is None and tenant is None and groups is None and where is None and mode is None and ef is None \
+                and oversample is None and threads is None and timeout is None and not allow_partial:
+            hits = self._search_one(vector, k)  # one unfiltered dense query: the commonest call, leanest path
+            if hits is not None:
+                return hits
         if text is not None and not isinstance(text, str):
             raise TypeError(f"text must be a string, got {type(text).__name__}")
         q = None
@@ -554,6 +562,34 @@ class ShardedCollection:
                 raise ValueError(f"{len(q)} vectors but {len(texts)} texts")
         return self._search(q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
                             allow_partial, timeout, threads)
+
+    def _search_one(self, vector, k):
+        """search(vector, k) for one float32 vector of the collection's dimension and nothing else: what
+        _search does for it, with the request made directly; None for anything else (a collection
+        with tenants or ACLs, which refuses an unscoped search, bad input, a closed collection...),
+        which the general path then serves, refuses or raises."""
+        m = self._m
+        if type(vector) is not np.ndarray or vector.dtype != np.float32 or vector.shape != (m["dim"],) \
+                or not vector.flags.c_contiguous or type(k) is not int or k <= 0 \
+                or m["has_tenants"] or m["has_acl"] or self._closed or not np.isfinite(vector).all():
+            return None
+        rw = self._rw
+        rw.acquire_read()
+        try:
+            gen = self._gen
+            shards = self._router.shards_for(None)
+            if not shards:
+                return SearchResult([], (), gen)
+            table = self._copies_of(gen, next(self._turn))
+            copies = table if len(shards) == len(table) else {s: table[s] for s in shards}
+            req = pickle.dumps(("search", (gen, (vector.tobytes(), (1, m["dim"])), None, k, _NO_SCOPE, _ONE_THREAD)),
+                               protocol=5)  # gather.request's bytes for it
+            pieces, missing = gather(copies, req, gen, self._timeout)
+        finally:
+            rw.release_read()
+        if missing:
+            raise ShardUnavailableError(missing)
+        return SearchResult(ranked_hits([p[0] for p in pieces], k, "dense_rank"), (), gen)
 
     def _search(self, q, texts, k, tenant, groups, where, mode, candidates, rrf_k, weights, ef, oversample,
                 allow_partial, timeout, threads=None):

@@ -26,6 +26,7 @@ import dataclasses
 import operator
 import pickle
 import time
+from itertools import islice
 
 import numpy as np
 
@@ -62,6 +63,13 @@ def ranked_hits(packed: list, k: int, rank_field: str) -> list:
     """The k best hits of several packed lists as Hits (by score, ties by id), rank_field renumbered 1..
     (the global rank). Each Hit made in one positional call: no keyword or setattr per field."""
     at = HIT_FIELDS.index(rank_field)
+    if len(packed) == 1:
+        cols = packed[0]
+        sc = cols[SCORE]
+        if all(map(operator.gt, sc, islice(sc, 1, k))):
+            # one list, scores strictly falling over the k kept: already in merged_order's order, and
+            # Hits made column-wise (map stops at the shortest column: the ranks 1..k)
+            return list(map(Hit, *[range(1, k + 1) if f == at else c for f, c in enumerate(cols)]))
     rows = [None] * len(packed)  # a list's hits as rows, transposed (in C) when first needed
     out = []
     for r, (i, j) in enumerate(merged_order(packed, k), 1):

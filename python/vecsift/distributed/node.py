@@ -23,13 +23,15 @@ from __future__ import annotations
 import os
 import pickle
 import time
+from itertools import repeat
 
-from vecsift.distributed.gather import merge_packed, pack_hits, read_request
+from vecsift.distributed.gather import HIT_FIELDS, SCORE, merge_packed, pack_hits, read_request
 from vecsift.distributed.shard import ReplicaServer, ShardServer
 from vecsift.errors import VecsiftError
 
 _SEARCHING = frozenset({"search", "search_hybrid", "statistics"})
 _WRITES = frozenset({"add", "delete", "prepare", "abort", "apply", "info", "ids"})
+_ONE_QUERY_OPTS = frozenset({"threads", "ef"})  # the options Collection.search takes on its fast path
 
 
 def _user_error(exc) -> bool:
@@ -53,6 +55,55 @@ def merge_hits(parts: list, k: int) -> list:
 
 def _hit_key(h):
     return -h.score, h.id
+
+
+def merge_rows(parts: list, k: int) -> tuple:
+    """One query's answers from several shards merged into one packed list of the k best, as
+    merge_hits merges Hit lists; the fields of Hits are read only for the k kept. parts: per shard
+    (rows, scores, columns) from _Serving.search_rows (rows padded with -1, best first; columns(rows,
+    scores, dense ranks) -> packed fields of those rows), or a Hit list (search_hits, the general path)."""
+    lists = []  # per part: (rows or None, scores, ranks or None, columns, or packed columns when rows is None)
+    for p in parts:
+        if type(p) is tuple:
+            rows, scores, columns = p
+            ranks = None
+            if rows and min(rows) < 0:  # padding: a shard with fewer allowed rows than k
+                keep = [j for j, r in enumerate(rows) if r >= 0]
+                rows, scores, ranks = [rows[j] for j in keep], [scores[j] for j in keep], [j + 1 for j in keep]
+            lists.append((rows, scores, ranks, columns))
+        else:
+            cols = pack_hits(p)
+            lists.append((None, cols[SCORE], None, cols))
+    flat = [x for part in lists for x in part[1]]
+    if len(set(flat)) < len(flat):
+        # equal scores are ordered by id (merge_hits' order), which needs every candidate's id: read them all
+        return merge_packed([part[3] if part[0] is None else
+                             part[3](part[0], part[1], part[2] or list(range(1, len(part[0]) + 1)))
+                             for part in lists], k)
+    # distinct scores: by score alone is merge_hits' order
+    owner = []  # flat position -> (part, position in the part)
+    for i, part in enumerate(lists):
+        owner += zip(repeat(i), range(len(part[1])))
+    keys = [owner[f] for f in sorted(range(len(flat)), key=flat.__getitem__, reverse=True)[:k]]
+    if not keys:
+        return tuple([] for _ in HIT_FIELDS)
+    chosen = [[] for _ in lists]  # per part: the positions kept, best first
+    for i, j in keys:
+        chosen[i].append(j)
+    pieces = []  # per part: the kept hits as rows (tuples of the Hit fields)
+    for (rows, scores, ranks, columns), js in zip(lists, chosen):
+        if not js:
+            pieces.append(None)
+        elif rows is None:
+            pieces.append(list(zip(*columns)))
+        else:
+            cols = columns([rows[j] for j in js], [scores[j] for j in js],
+                           [j + 1 for j in js] if ranks is None else [ranks[j] for j in js])
+            if len(js) == len(keys):
+                return cols  # every hit kept is this shard's, read in this order
+            pieces.append(iter(list(zip(*cols))))
+    picked = [next(pieces[i]) if lists[i][0] is not None else pieces[i][j] for i, j in keys]
+    return tuple(map(list, zip(*picked)))
 
 
 def merge_payloads(method: str, args: tuple, parts: list):
@@ -135,8 +186,11 @@ class NodeServer:
         if method not in _SEARCHING:
             raise ValueError(f"not a search method: {method!r}")
         gen = args[0]
-        # dense / sparse: the shards' Hits, merged here and packed once (search would pack each shard's)
+        # dense / sparse: the shards' Hits, merged here and packed once (search would pack each shard's);
+        # one unfiltered dense query: the shards' rows and scores, Hit fields read only for the k kept
         run_method = "search_hits" if method == "search" else method
+        one = method == "search" and args[2] is None and len(args[1]) == 1 and args[5].keys() <= _ONE_QUERY_OPTS \
+            and all(v is None for v in args[4].values())
         todo, unserved = [], {}
         for s in shards:
             srv = self.shards.get(s)
@@ -150,7 +204,13 @@ class NodeServer:
         def run(item):
             s, srv = item
             try:
-                got_gen, payload = getattr(srv, run_method)(*args)
+                if one:
+                    got_gen, payload = srv.search_rows(gen, args[1][0], args[3], args[5])
+                    if payload is None and got_gen == gen:  # not on the fast path: search_hits' Hits
+                        got_gen, payload = srv.search_hits(*args)
+                        payload = None if payload is None else payload[0]
+                else:
+                    got_gen, payload = getattr(srv, run_method)(*args)
             except Exception as exc:  # noqa: BLE001 - sorted below: bad input goes back, a fault marks the shard
                 if _user_error(exc):
                     raise
@@ -176,6 +236,8 @@ class NodeServer:
                 unserved[s] = why
         if not parts:
             merged = None
+        elif one:
+            merged = [merge_rows(parts, args[3])]
         elif method == "search":
             merged = merge_hits(parts, args[3])
         else:

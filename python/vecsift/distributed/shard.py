@@ -93,6 +93,16 @@ class _Serving:
         qs, stats = texts
         return self.gen, col.search_sparse(qs, statistics=stats, k=k, **scope)
 
+    def search_rows(self, gen, vector, k, opts):
+        """One unfiltered dense query on Collection.search's fast path without Hits (Collection._search_rows):
+        (gen, (rows, scores, columns) or None); None also when the fast path does not serve the call (a
+        node then calls search_hits, the general path that refuses, filters or raises)."""
+        col = self.col
+        got = None if col is None else col._search_rows(vector, k, **opts)
+        if got is not None:
+            self.calls += 1  # counted once: a call it declines is counted by search_hits
+        return self.gen, got
+
     def search_hybrid(self, gen, vectors, texts, c, scope, opts):
         """Dense and sparse candidate lists (c each, packed) for fusion by the gatherer."""
         self.calls += 1
