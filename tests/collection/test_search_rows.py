@@ -106,3 +106,23 @@ def test_declines_audited_collections(tmp_path):
     col.commit()
     assert col._search_rows(_rows(1, seed=6)[0], 10) is None  # search() records each query
     col.close()
+
+
+@pytest.mark.parametrize("index", ["bq", "hnsw"])
+def test_unpickled_vectors_take_the_fast_path(tmp_path, index):
+    # an unpickled float32 array (from Ray, multiprocessing) has an equal dtype that is not numpy's
+    # float32 singleton: it takes the fast path too, with the same Hits; other byte orders do not
+    import pickle
+
+    x = _rows(4000)
+    col = vecsift.Collection.create(str(tmp_path / "c"), DIM, "cosine", index=index)
+    col.add([f"r{i}" for i in range(len(x))], x)
+    col.commit()
+    q = _rows(1, seed=7)[0]
+    u = pickle.loads(pickle.dumps(q))
+    assert u.dtype == np.float32 and u.dtype is not np.dtype(np.float32)
+    assert col._search_rows(u, 10) is not None
+    assert col.search(u, k=10) == col.search(q, k=10)
+    assert col._search_rows(q.astype(">f4"), 10) is None
+    assert col.search(q.astype(">f4"), k=10) == col.search(q, k=10)
+    col.close()

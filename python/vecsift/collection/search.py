@@ -246,7 +246,7 @@ def one_query(snap, limits):
         ef0 = defaults.get("ef") or 0
 
         def walk(q, k, ef, threads):
-            if type(q) is not np.ndarray or q.dtype is not _F32 or q.shape != shape or not q.flags.c_contiguous \
+            if type(q) is not np.ndarray or (q.dtype is not _F32 and q.dtype != _F32) or q.shape != shape or not q.flags.c_contiguous \
                     or type(k) is not int or not 0 < k <= kmax or type(threads) is not int or threads < 0 \
                     or filters.has_tenants or filters.has_acl or dense._unchecked is not None:
                 return None
@@ -284,7 +284,7 @@ def one_query(snap, limits):
     cosine = metric == "cosine"
 
     def scan(q, k, ef, threads):
-        if type(q) is not np.ndarray or q.dtype is not _F32 or q.shape != shape or not q.flags.c_contiguous \
+        if type(q) is not np.ndarray or (q.dtype is not _F32 and q.dtype != _F32) or q.shape != shape or not q.flags.c_contiguous \
                 or type(k) is not int or not 0 < k <= kmax or type(threads) is not int or threads < 0 \
                 or filters.has_tenants or filters.has_acl:
             return None
