@@ -204,15 +204,16 @@ class HitBuilder:
     def columns(self, rl: list, slist: list, ranks: list, metric: str | None) -> tuple:
         """The fields of the Hits from_lists would make for rows rl (no padding), scores slist and
         dense ranks `ranks`, as one list per Hit field (in the dataclass's order), no Hit made: what
-        a sharded collection's node actor sends for the rows it keeps of a shard's search."""
+        a sharded collection's node actor sends for the rows it keeps of a shard's search. slist and
+        ranks become the score and dense_rank columns as they are (not copied)."""
         n = len(rl)
-        none = [None] * n
-        dist = _distances(slist, metric)
+        if n == 0:
+            return tuple([] for _ in _FIELDS)
         plan = self._one
         if plan is None:
             plan = self._one = self._one_plan()
-        if n == 0:
-            return tuple([] for _ in _FIELDS)
+        dist = [1.0 - v for v in slist] if metric == "cosine" else _distances(slist, metric)
+        none = [None] * n
         if plan is False:
             hits = self.build(np.array(rl, np.int64), slist, dense_ranks=list(ranks), distances=dist)
             return tuple(map(list, zip(*map(attrgetter(*_FIELDS), hits))))
@@ -221,10 +222,10 @@ class HitBuilder:
         texts = none if i_text is None else cols[i_text]
         if i_disp is not None:
             texts = [t if d is None else d for d, t in zip(cols[i_disp], texts)]
-        return (cols[i_id], list(slist), none if i_doc is None else cols[i_doc], texts,
-                metas_of([cols[i] for i in meta]) if meta else [{} for _ in range(n)],
-                provs_of([cols[i] for i in prov]) if prov else [{} for _ in range(n)],
-                none if i_ten is None else cols[i_ten], list(ranks), none, none if dist is None else dist)
+        return (cols[i_id], slist, none if i_doc is None else cols[i_doc], texts,
+                metas_of([cols[i] for i in meta]) if meta else [{} for _ in none],
+                provs_of([cols[i] for i in prov]) if prov else [{} for _ in none],
+                none if i_ten is None else cols[i_ten], ranks, none, none if dist is None else dist)
 
     def build_dense(self, rows: np.ndarray, scores: np.ndarray, metric: str | None = None) -> list:
         """Hits per query of (q, k) dense results (rows -1 are padding): the rank is

@@ -23,7 +23,8 @@ from __future__ import annotations
 import os
 import pickle
 import time
-from itertools import repeat
+from itertools import islice, repeat
+from operator import eq
 
 from vecsift.distributed.gather import HIT_FIELDS, SCORE, merge_packed, pack_hits, read_request
 from vecsift.distributed.shard import ReplicaServer, ShardServer
@@ -74,17 +75,21 @@ def merge_rows(parts: list, k: int) -> tuple:
         else:
             cols = pack_hits(p)
             lists.append((None, cols[SCORE], None, cols))
-    flat = [x for part in lists for x in part[1]]
-    if len(set(flat)) < len(flat):
-        # equal scores are ordered by id (merge_hits' order), which needs every candidate's id: read them all
+    flat, part_of, start = [], [], []  # every candidate's score; its part; where each part starts in flat
+    for i, part in enumerate(lists):
+        start.append(len(flat))
+        flat += part[1]
+        part_of += repeat(i, len(part[1]))
+    order = sorted(range(len(flat)), key=flat.__getitem__, reverse=True)[:k + 1]
+    top = [flat[f] for f in order]
+    if any(map(eq, top, islice(top, 1, None))):
+        # equal scores among the k kept or at the cut: ordered by id (merge_hits' order), which needs
+        # every candidate's id: read them all
         return merge_packed([part[3] if part[0] is None else
                              part[3](part[0], part[1], part[2] or list(range(1, len(part[0]) + 1)))
                              for part in lists], k)
     # distinct scores: by score alone is merge_hits' order
-    owner = []  # flat position -> (part, position in the part)
-    for i, part in enumerate(lists):
-        owner += zip(repeat(i), range(len(part[1])))
-    keys = [owner[f] for f in sorted(range(len(flat)), key=flat.__getitem__, reverse=True)[:k]]
+    keys = [(part_of[f], f - start[part_of[f]]) for f in order[:k]]
     if not keys:
         return tuple([] for _ in HIT_FIELDS)
     chosen = [[] for _ in lists]  # per part: the positions kept, best first
