@@ -204,8 +204,8 @@ def test_rows_route_keeps_the_security_rules(tmp_path):
     tables = []
     for s in range(2):
         sid = [f"s{s}-{i}" for i in range(3000)]
-        tables.append(pa.table({"id": sid, "vector": pa.FixedSizeListArray.from_arrays(pa.array(x[s * 3000:(s + 1) * 3000].ravel()), DIM),
-                                "tenant": ["a" if i % 3 else "canary" for i in range(3000)]}))
+        vec = pa.FixedSizeListArray.from_arrays(pa.array(x[s * 3000:(s + 1) * 3000].ravel()), DIM)
+        tables.append(pa.table({"id": sid, "vector": vec, "tenant": ["a" if i % 3 else "canary" for i in range(3000)]}))
     node = _node_of(str(tmp_path), tables, {"dim": DIM, "metric": "cosine"})
     with pytest.raises(ValueError, match="tenant"):
         _call(node, [0, 1], "search", 1, x[:1], None, 10, SCOPE, {"threads": 1})

@@ -246,8 +246,9 @@ def one_query(snap, limits):
         ef0 = defaults.get("ef") or 0
 
         def walk(q, k, ef, threads):
-            if type(q) is not np.ndarray or (q.dtype is not _F32 and q.dtype != _F32) or q.shape != shape or not q.flags.c_contiguous \
-                    or type(k) is not int or not 0 < k <= kmax or type(threads) is not int or threads < 0 \
+            if type(q) is not np.ndarray or (q.dtype is not _F32 and q.dtype != _F32) or q.shape != shape \
+                    or not q.flags.c_contiguous or type(k) is not int or not 0 < k <= kmax \
+                    or type(threads) is not int or threads < 0 \
                     or filters.has_tenants or filters.has_acl or dense._unchecked is not None:
                 return None
             if ef is None:
@@ -284,9 +285,9 @@ def one_query(snap, limits):
     cosine = metric == "cosine"
 
     def scan(q, k, ef, threads):
-        if type(q) is not np.ndarray or (q.dtype is not _F32 and q.dtype != _F32) or q.shape != shape or not q.flags.c_contiguous \
-                or type(k) is not int or not 0 < k <= kmax or type(threads) is not int or threads < 0 \
-                or filters.has_tenants or filters.has_acl:
+        if type(q) is not np.ndarray or (q.dtype is not _F32 and q.dtype != _F32) or q.shape != shape \
+                or not q.flags.c_contiguous or type(k) is not int or not 0 < k <= kmax \
+                or type(threads) is not int or threads < 0 or filters.has_tenants or filters.has_acl:
             return None
         if ef is not None and (type(ef) is not int or not 0 < ef <= efmax):
             return None
@@ -310,7 +311,6 @@ def one_query(snap, limits):
         got = scan(q, k, ef, threads)
         return None if got is None else (got[0][0].tolist(), got[1][0].tolist())
     run.rows = rows_bq
-    return run
     return run
 
 
