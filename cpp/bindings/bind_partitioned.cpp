@@ -386,7 +386,6 @@ py::array_t<int64_t> ivf_assign_py(const F32Array& centroids, const F32Array& ro
   return out;
 }
 
-// float16 bits of x (round to nearest even), for the tests against numpy.
 // The permutation select_largest writes (the m best first), for tests against numpy.
 py::array_t<uint32_t> select_largest_py(const F32Array& scores, size_t m) {
   require(scores.ndim() == 1, "scores must be 1-d");
@@ -398,6 +397,7 @@ py::array_t<uint32_t> select_largest_py(const F32Array& scores, size_t m) {
   return order;
 }
 
+// float16 bits of x (round to nearest even), for the tests against numpy.
 py::array_t<uint16_t> to_half_py(const F32Array& x) {
   py::array_t<uint16_t> out(x.size());
   to_half(x.data(), static_cast<size_t>(x.size()), out.mutable_data());
