@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "common.hpp"
+#include "vecsift/index/quant_parts.hpp"
 #include "vecsift/index/quantised_index.hpp"
 
 using namespace vecsift;
@@ -299,6 +300,84 @@ F32Array fht_rotate_py(const F32Array& signs, const F32Array& x, int level) {
   return out;
 }
 
+// One query over several indexes (a node's shards): see quant_parts.hpp.
+void check_query_1d(const F32Array& q, size_t dim) {
+  require(q.ndim() == 1 && static_cast<size_t>(q.shape(0)) == dim,
+          "query must be 1-d with the indexes' dimension " + std::to_string(dim));
+}
+
+py::tuple parts_candidates_py(const py::list& indexes, const F32Array& query, const std::vector<long>& candidates,
+                              const std::vector<long>& threads, long k, int qbits, std::optional<float> confidence,
+                              int level) {
+  const size_t np = indexes.size();
+  require(np > 0, "indexes must not be empty");
+  require(candidates.size() == np && threads.size() == np, "candidates and threads need one value per index");
+  require(k > 0, "k must be positive");
+  check_qbits(qbits);
+  if (confidence) require(std::isfinite(*confidence) && *confidence >= 0, "confidence must be a finite number >= 0");
+  std::vector<QuantPart> parts(np);
+  size_t width = 1;
+  for (size_t p = 0; p < np; ++p) {
+    if (!py::isinstance<QuantizedIndex>(indexes[p]))
+      throw py::type_error("indexes must be _core.QuantizedIndex objects, got " +
+                           std::string(py::str(py::type::of(indexes[p]).attr("__name__"))));
+    const QuantizedIndex* ix = indexes[p].cast<const QuantizedIndex*>();
+    if (p == 0) check_query_1d(query, ix->dim());
+    require(ix->dim() == static_cast<size_t>(query.shape(0)), "indexes differ in dimension");
+    require(candidates[p] >= 0, "candidates must be >= 0");
+    parts[p] = QuantPart{ix, static_cast<size_t>(candidates[p]), resolve_threads(threads[p])};
+    width = std::max(width, parts[p].candidates);
+  }
+  I64Array cand({np, width});
+  std::vector<size_t> kept(np);
+  const float* pq = query.data();
+  int64_t* pc = cand.mutable_data();
+  Level lv = level_arg(level);
+  {
+    py::gil_scoped_release nogil;
+    quant_parts_candidates(parts.data(), np, pq, qbits, confidence ? *confidence : -1.0f, static_cast<size_t>(k),
+                           width, pc, kept.data(), lv);
+  }
+  return py::make_tuple(cand, kept);
+}
+
+py::tuple parts_rescore_py(const std::vector<F32Array>& rows, const F32Array& query, const I64Array& cand, long k,
+                           const std::string& metric, int level) {
+  const size_t np = rows.size();
+  require(np > 0, "rows must not be empty");
+  require_matrix(cand, "candidates");
+  require(static_cast<size_t>(cand.shape(0)) == np, "candidates need one row per part");
+  require(k > 0, "k must be positive");
+  require(query.ndim() == 1, "query must be 1-d");
+  const size_t d = query.shape(0), width = cand.shape(1);
+  std::vector<const float*> pr(np);
+  std::vector<size_t> nr(np);
+  for (size_t p = 0; p < np; ++p) {
+    require_matrix(rows[p], "rows");
+    require(static_cast<size_t>(rows[p].shape(1)) == d, "rows have dimension " + std::to_string(rows[p].shape(1)) +
+                                                            ", the query has " + std::to_string(d));
+    pr[p] = rows[p].data();
+    nr[p] = rows[p].shape(0);
+  }
+  Metric m = metric_arg(metric);
+  I64Array ids({np, static_cast<size_t>(k)});
+  F32Array scores({np, static_cast<size_t>(k)});
+  const float* pq = query.data();
+  const int64_t* pc = cand.data();
+  int64_t* pi = ids.mutable_data();
+  float* ps = scores.mutable_data();
+  Level lv = level_arg(level);
+  try {
+    py::gil_scoped_release nogil;
+    quant_parts_rescore(pr.data(), nr.data(), np, d, pq, pc, width, static_cast<size_t>(k), m, pi, ps, lv);
+  } catch (const std::out_of_range&) {
+    throw py::value_error("candidate rows must be below their part's row count");
+  } catch (const std::domain_error& e) {
+    throw py::value_error(std::string("rows: ") + e.what());
+  }
+  return py::make_tuple(ids, scores);
+}
+
 }  // namespace
 
 void bind_quant(py::module_& m) {
@@ -307,6 +386,14 @@ void bind_quant(py::module_& m) {
   m.def("quant_rotate", &rotate_py, py::arg("cols"), py::arg("x"), py::arg("level") = -1);
   m.def("quant_fht_rotate", &fht_rotate_py, py::arg("signs"), py::arg("x"), py::arg("level") = -1);
   m.attr("QUANT_FHT_ROUNDS") = kFhtRounds;
+  m.def("quant_parts_candidates", &parts_candidates_py, py::arg("indexes"), py::arg("query"), py::arg("candidates"),
+        py::arg("threads"), py::arg("k"), py::arg("query_bits"), py::arg("confidence") = py::none(),
+        py::arg("level") = -1,
+        "One query's candidates in each of several QuantizedIndex objects: (cand int64 (parts, max c), kept per "
+        "part); with confidence, pruned by bounds as bound_prune does.");
+  m.def("quant_parts_rescore", &parts_rescore_py, py::arg("rows"), py::arg("query"), py::arg("candidates"),
+        py::arg("k"), py::arg("metric"), py::arg("level") = -1,
+        "Exact top-k of each part's candidates among its own float32 rows: (ids (parts, k), scores (parts, k)).");
 
   py::class_<QuantizedIndex>(m, "QuantizedIndex")
       .def(py::init(&make_index), py::arg("dim"), py::arg("bits"), py::arg("metric"), py::arg("seed"),

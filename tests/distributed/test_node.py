@@ -189,6 +189,33 @@ def test_rows_route_sends_what_the_hit_route_sent(big_node):
         del srv.search_hits
 
 
+def test_shards_on_the_fast_path_are_searched_together(big_node):
+    # shards 0-2 go through collection.search_parts (two native calls for all three): their own
+    # search paths are not called, each shard's call is counted once, and the answer is the one above
+    node, x = big_node
+    q = x[100] + 0.25
+    want = _hit_route(node, [0, 1, 2], q[None], 10)
+    before = node.ping()["calls"]
+    for s in range(3):
+        node.shards[s].col._search_rows = node.shards[s].search_hits = None
+    try:
+        assert _call(node, [0, 1, 2], "search", 1, q[None], None, 10, SCOPE, {"threads": 1})[2] == want
+    finally:
+        for s in range(3):
+            del node.shards[s].col._search_rows, node.shards[s].search_hits
+    after = node.ping()["calls"]
+    assert [after[s] - before[s] for s in range(4)] == [1, 1, 1, 0]
+    # a shard the route does not take (40 rows: scanned exactly) sends the call shard by shard
+    calls = []
+    node.shards[0].col._search_rows = lambda *a, **kw: calls.append(a) or None
+    try:
+        assert _call(node, [0, 3], "search", 1, q[None], None, 10, SCOPE, {"threads": 1})[2] == \
+            _hit_route(node, [0, 3], q[None], 10)
+    finally:
+        del node.shards[0].col._search_rows
+    assert len(calls) == 1
+
+
 def test_rows_route_ties_are_ordered_by_id(big_node):
     node, x = big_node
     _, _, payload = _call(node, [2, 1, 0], "search", 1, x[7][None], None, 3, SCOPE, {"threads": 1})

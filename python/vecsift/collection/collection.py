@@ -721,6 +721,24 @@ class Collection:
         hb, metric = snap.hits, snap.metric
         return got[0], got[1], lambda rl, sl, ranks: hb.columns(rl, sl, ranks, metric)
 
+    def _search_part(self, k: int = 10, ef=None, threads: int = 0):
+        """Internal, for node actors: (QuantPart, columns) to search this collection together with others
+        in one native call (collection.parts.search_parts; columns as in _search_rows), or None whenever
+        _search_rows would not serve search(vector, k, ef=, threads=) for reasons other than the vector,
+        or the index is not a bq index rescored in float32."""
+        one = self._one
+        if one is None or one[0] is not self._snap or one[1] is not self._manifest or one[2] is not self._limits:
+            one = self._one = self._one_query()
+        if one[4] is None:
+            return None
+        make = getattr(one[3], "part", None)
+        part = None if make is None else make(k, ef, threads)
+        if part is None:
+            return None
+        snap = one[0]
+        hb, metric = snap.hits, snap.metric
+        return part, lambda rl, sl, ranks: hb.columns(rl, sl, ranks, metric)
+
     def search_batch(self, vectors=None, texts=None, k: int = 10, tenant=None, groups=None, where=None, *,
                      mode=None, candidates: int = 100, rrf_k: float = 60, weights=None, ef=None, oversample=None,
                      threads: int = 0, stats=None, ef_search=None, deadline=None) -> list:

@@ -20,6 +20,7 @@ import numpy as np
 from vecsift import _core
 from vecsift._arrays import check_k, check_threads, unit_queries
 from vecsift.collection.filters import rows_of
+from vecsift.collection.parts import QuantPart
 from vecsift.collection.stages.dense import exact_rows
 from vecsift.index.planner import scan_exactly
 from vecsift.storage.rowsums import check_all
@@ -311,6 +312,26 @@ def one_query(snap, limits):
         got = scan(q, k, ef, threads)
         return None if got is None else (got[0][0].tolist(), got[1][0].tolist())
     run.rows = rows_bq
+
+    p = getattr(dense, "p", None)
+    if p is not None and p.get("rescore") == "float32":
+        policy_z = float(p["confidence"]) if p["policy"] == "bound" else None
+        rescore_metric = "l2" if metric == "l2" else "ip"  # cosine rows are stored unit length
+
+        def part_bq(k, ef, threads):
+            # scan()'s checks that do not involve the vector (parts.search_parts checks it once for all)
+            if type(k) is not int or not 0 < k <= kmax or type(threads) is not int or threads < 0 \
+                    or filters.has_tenants or filters.has_acl:
+                return None
+            if ef is not None and (type(ef) is not int or not 0 < ef <= efmax):
+                return None
+            if not index_path(k, over):
+                return None
+            c = max(1, min(max(k * over, p["min_candidates"]), n))  # as QuantBQDense.search
+            return QuantPart(dense.index._index, vectors, c, 1 if threads == 0 and n < SINGLE_QUERY_POOL_ROWS
+                             else threads, dense.index.query_bits, policy_z, rescore_metric, cosine, lock, dense,
+                             n, snap.dim)
+        run.part = part_bq
     return run
 
 

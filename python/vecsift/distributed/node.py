@@ -26,6 +26,7 @@ import time
 from itertools import islice, repeat
 from operator import eq
 
+from vecsift.collection import search_parts
 from vecsift.distributed.gather import HIT_FIELDS, SCORE, merge_packed, pack_hits, read_request
 from vecsift.distributed.shard import ReplicaServer, ShardServer
 from vecsift.errors import VecsiftError
@@ -224,14 +225,16 @@ class NodeServer:
                 return s, None, f"copy at generation {got_gen}, search at {gen}"
             return s, payload, None
 
-        if self.threads > 1 and len(todo) > 1:
-            if self._pool is None:
-                from concurrent.futures import ThreadPoolExecutor
+        done = self._search_parts(todo, args[1][0], args[3], args[5]) if one and todo else None
+        if done is None:
+            if self.threads > 1 and len(todo) > 1:
+                if self._pool is None:
+                    from concurrent.futures import ThreadPoolExecutor
 
-                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="vecsift-node")
-            done = list(self._pool.map(run, todo))
-        else:
-            done = [run(item) for item in todo]
+                    self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="vecsift-node")
+                done = list(self._pool.map(run, todo))
+            else:
+                done = [run(item) for item in todo]
         served, parts = [], []
         for s, payload, why in done:
             if why is None:
@@ -248,6 +251,29 @@ class NodeServer:
         else:
             merged = merge_payloads(method, args, parts)
         return pickle.dumps((served, unserved, merged), protocol=5)
+
+    @staticmethod
+    def _search_parts(todo, vector, k, opts):
+        """One unfiltered dense query over all of `todo`'s shards in two native calls (collection.parts),
+        when every shard's index takes that route: [(shard, (rows, scores, columns), None)] as run()
+        gives, else None (the shards are then searched one by one)."""
+        plans = []
+        for s, srv in todo:
+            got = srv.col._search_part(k, **opts)
+            if got is None:
+                return None
+            plans.append(got)
+        try:
+            rows = search_parts(vector, [p for p, _ in plans], k)
+        except Exception:  # noqa: BLE001 - shard by shard, each error is told (or raised) for its own shard
+            return None
+        if rows is None:
+            return None
+        out = []
+        for (s, srv), (r, sc), (_, columns) in zip(todo, rows, plans):
+            srv.calls += 1
+            out.append((s, (r, sc, columns), None))
+        return out
 
     # ---- writing (primaries; the driver serialises writes)
     def write(self, calls: dict) -> dict:
