@@ -44,6 +44,7 @@ import pyarrow as pa
 
 from vecsift.distributed.gather import (ID, SearchResult, ShardUnavailableError, gather, hit_of, merged_order,
                                        ranked_hits, request)
+from vecsift.distributed.lanes import Lanes
 from vecsift.distributed.node import merge_payloads
 from vecsift.distributed.manifest import read_cluster, write_cluster
 from vecsift.distributed.routing import Router
@@ -134,7 +135,8 @@ class ShardedCollection:
     @classmethod
     def create(cls, path, dim: int, metric: str = "cosine", *, shards: int = 3, routing: str = "hash",
                replicas: int = 0, tenant_spread=None, timeout: float = 10.0, actor_options=None,
-               nodes: int | None = None, node_threads: int = 1, **collection_args) -> "ShardedCollection":
+               nodes: int | None = None, node_threads: int = 1, compiled: bool = True,
+               **collection_args) -> "ShardedCollection":
         """Creates a sharded collection in directory `path` with `shards` shards, each a
         vecsift.Collection (collection_args: index, model, filter_fields, ... as Collection.create).
 
@@ -142,7 +144,10 @@ class ShardedCollection:
         or on tenant_spread[tenant] shards). replicas: read copies per shard. timeout: default
         search deadline in seconds. nodes: node actors per copy level (default: one per alive Ray
         node, at most one per shard; shards are dealt over them). node_threads: threads a node
-        actor searches its local shards with (1: one after the other)."""
+        actor searches its local shards with (1: one after the other). compiled: searches call the
+        node actors on this process's Ray node over Ray Compiled Graph channels (shared memory, a
+        fraction of a classic actor call's cost; see lanes.py), falling back to classic calls
+        whenever a channel is not ready or fails; False: classic calls only."""
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
         shards, replicas = _check_k(shards, "shards"), int(replicas)
@@ -164,18 +169,21 @@ class ShardedCollection:
                     "has_tenants": False, "has_acl": False, "created": time.time(),
                     "shards": [{"name": n, "prepared": 0, "ops": 0, "collection_generation": 0, "rows": 0}
                                for n in names]}
-        self = cls(path, manifest, timeout, actor_options, create=True, nodes=nodes, node_threads=node_threads)
+        self = cls(path, manifest, timeout, actor_options, create=True, nodes=nodes, node_threads=node_threads,
+                   compiled=compiled)
         write_cluster(path, manifest)
         return self
 
     @classmethod
     def open(cls, path, *, timeout: float = 10.0, actor_options=None, nodes: int | None = None,
-             node_threads: int = 1) -> "ShardedCollection":
+             node_threads: int = 1, compiled: bool = True) -> "ShardedCollection":
+        """Opens a sharded collection made by create(); the arguments as create's."""
         path = os.path.abspath(os.fspath(path))
         return cls(path, read_cluster(path), timeout, actor_options, create=False, nodes=nodes,
-                   node_threads=node_threads)
+                   node_threads=node_threads, compiled=compiled)
 
-    def __init__(self, path, manifest, timeout, actor_options, create, nodes=None, node_threads=1):
+    def __init__(self, path, manifest, timeout, actor_options, create, nodes=None, node_threads=1,
+                 compiled=True):
         if not isinstance(manifest, dict):
             raise TypeError("use ShardedCollection.create or ShardedCollection.open")
         ray = _ray()
@@ -196,6 +204,7 @@ class ShardedCollection:
         self._stats = OrderedDict()
         self._turn = itertools.count()
         self._session = uuid.uuid4().hex
+        self._lanes = Lanes(ray) if compiled else None
         from vecsift.distributed.node import NodeServer
 
         n_shards, n_levels = len(manifest["shards"]), 1 + int(manifest["replicas"])
@@ -259,6 +268,8 @@ class ShardedCollection:
 
     def _kill_actors(self):
         ray = _ray()
+        if getattr(self, "_lanes", None) is not None:
+            self._lanes.close()  # first: a compiled graph is torn down at once while its actor lives
         for a in [n for level in getattr(self, "_nodes", []) for n in level]:
             try:
                 ray.kill(a, no_restart=True)
@@ -584,7 +595,7 @@ class ShardedCollection:
             copies = table if len(shards) == len(table) else {s: table[s] for s in shards}
             req = pickle.dumps(("search", (gen, (vector.tobytes(), (1, m["dim"])), None, k, _NO_SCOPE, _ONE_THREAD)),
                                protocol=5)  # gather.request's bytes for it
-            pieces, missing = gather(copies, req, gen, self._timeout)
+            pieces, missing = gather(copies, req, gen, self._timeout, lanes=self._lanes)
         finally:
             rw.release_read()
         if missing:
@@ -640,7 +651,10 @@ class ShardedCollection:
             tx = None if texts is None else (texts, stats)
             method = "search_hybrid" if mode == "hybrid" else "search"
             vec = q if mode != "sparse" else None
-            pieces, failed = gather(copies, request(method, gen, vec, tx, c, scope, opts), gen, left)
+            # lanes for one query (where a call's cost shows); a batch amortises its call, and a slow
+            # one would outlast the lane's wait (the hedge time) and be asked again the classic way
+            pieces, failed = gather(copies, request(method, gen, vec, tx, c, scope, opts), gen, left,
+                                    lanes=self._lanes if nq == 1 else None)
             missing.update(failed)
         finally:
             self._rw.release_read()
@@ -693,7 +707,8 @@ class ShardedCollection:
         todo = sorted({t for t in texts if (gen, t, key_scope) not in self._stats})
         fresh, missing = {}, {}
         if todo:
-            pieces, missing = gather(copies, request("statistics", gen, todo, scope), gen, timeout)
+            pieces, missing = gather(copies, request("statistics", gen, todo, scope), gen, timeout,
+                                     lanes=self._lanes if len(todo) == 1 else None)
             if missing and not allow_partial:
                 raise ShardUnavailableError(missing)
             if pieces:  # each node actor summed its shards; the sum of the sums

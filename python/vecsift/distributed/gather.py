@@ -172,12 +172,20 @@ def _ray_names():
     return _RAY
 
 
-def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | None = None):
+def _raiser(exc):
+    def fetch():
+        raise exc
+    return fetch
+
+
+def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | None = None, lanes=None):
     """Sends req (from request()) to one copy of every shard, one call per node actor.
 
     copies: shard -> [(node key, node actor handle), preferred first]; shards whose next copies
-    share a node actor go in one call. Returns ([payload], {shard: reason}): one merged payload
-    per answering node actor (each covering a disjoint set of shards), and the missing shards."""
+    share a node actor go in one call. lanes: a lanes.Lanes; the first calls go over a ready lane
+    where there is one (a compiled-graph channel), the classic way otherwise and for every call
+    after a failure. Returns ([payload], {shard: reason}): one merged payload per answering node
+    actor (each covering a disjoint set of shards), and the missing shards."""
     ray, RayTaskError, unavailable = _RAY or _ray_names()
     start = time.monotonic()
     deadline = start + timeout
@@ -189,7 +197,9 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
     covered = {}  # shard -> index in pieces
     reasons = {}
 
-    def submit(shards):
+    lane_calls = []  # (lane, compiled-graph ref, shards asked for)
+
+    def submit(shards, lanes=None):
         calls = {}
         for s in sorted(shards):
             if nxt[s] >= len(copies[s]):
@@ -200,7 +210,16 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
             nxt[s] += 1
             calls.setdefault(key, (handle, []))[1].append(s)
         for handle, ss in calls.values():
-            inflight[handle.call.remote(node_request(ss, req))] = ss
+            msg = node_request(ss, req)
+            lane = None if lanes is None else lanes.take(handle)
+            if lane is not None:
+                try:
+                    lane_calls.append((lane, lane.execute(msg), ss))
+                except Exception:  # noqa: BLE001 - the channel is broken: the classic call below
+                    lane.broke()
+                    lane = None
+            if lane is None:
+                inflight[handle.call.remote(msg)] = ss
             for s in ss:
                 busy[s] += 1
 
@@ -217,8 +236,57 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
         for s in served:
             covered[s] = len(pieces) - 1
 
-    submit(copies)
-    if inflight and not reasons:
+    def settle(asked, fetch) -> None:
+        """Records a node's answer to a call for `asked` (fetch() gives its bytes or raises), then asks
+        the next copy of each shard the answer did not cover."""
+        for s in asked:
+            busy[s] -= 1
+        try:
+            served, unserved, payload = pickle.loads(fetch())
+        except RayTaskError as exc:
+            err = _user_error(exc)
+            if err is not None:
+                raise err from None
+            served, unserved, payload = (), {s: f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                                             for s in asked}, None
+        except unavailable as exc:
+            served, unserved, payload = (), {s: type(exc).__name__ for s in asked}, None
+        if payload is not None:
+            accept(served, payload)
+        for s, why in unserved.items():
+            if s not in covered:
+                reasons[s] = why
+        again = [s for s in asked if s not in covered and busy[s] == 0]
+        if again:
+            submit(again)  # the next copy of each shard this answer did not cover
+
+    submit(copies, lanes)
+    if lane_calls:
+        # every lane's answer first (a lane is held until its answer is in), then what they say
+        got = []
+        for lane, ref, asked in lane_calls:
+            try:
+                data = lane.fetch(ref, max(0.0, hedge_at - time.monotonic()))
+            except RayTaskError as exc:  # raised by the node's code: the lane stays good
+                lane.release()
+                got.append((asked, exc, False))
+            except Exception as exc:  # noqa: BLE001 - the lane broke (actor gone, channel, timeout)
+                lane.broke()
+                got.append((asked, exc, True))
+            else:
+                lane.release()
+                got.append((asked, data, False))
+        lane_calls.clear()
+        for asked, data, broken in got:
+            if not broken or isinstance(data, unavailable) and not isinstance(data, TimeoutError):
+                settle(asked, (lambda d=data: d) if not isinstance(data, Exception) else _raiser(data))
+            else:  # the channel failed or was slow: ask that copy the classic way (past the hedge
+                # time, the loop below also asks the next copy; a dead actor fails that call at once)
+                for s in asked:
+                    busy[s] -= 1
+                    nxt[s] -= 1
+                submit(asked)
+    elif inflight and not reasons:
         # the common case in one ray.get: every first copy answers, complete, before the hedge time
         refs = list(inflight)
         try:
@@ -229,32 +297,12 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
             return [payload for _, _, payload in got], {}
     while inflight:
         now = time.monotonic()
-        if now >= deadline:
-            break
         until = deadline if hedge_at is None else min(deadline, hedge_at)
-        ready, _ = ray.wait(list(inflight), num_returns=len(inflight), timeout=max(0.0, until - now))
+        ready, _ = ray.wait(list(inflight), num_returns=1, timeout=max(0.0, until - now))  # the first in
         for ref in ready:
-            asked = inflight.pop(ref)
-            for s in asked:
-                busy[s] -= 1
-            try:
-                served, unserved, payload = pickle.loads(ray.get(ref))
-            except RayTaskError as exc:
-                err = _user_error(exc)
-                if err is not None:
-                    raise err from None
-                served, unserved, payload = (), {s: f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                                                 for s in asked}, None
-            except unavailable as exc:
-                served, unserved, payload = (), {s: type(exc).__name__ for s in asked}, None
-            if payload is not None:
-                accept(served, payload)
-            for s, why in unserved.items():
-                if s not in covered:
-                    reasons[s] = why
-            again = [s for s in asked if s not in covered and busy[s] == 0]
-            if again:
-                submit(again)  # the next copy of each shard this answer did not cover
+            settle(inflight.pop(ref), lambda r=ref: ray.get(r))
+        if time.monotonic() >= deadline:
+            break  # (what was ready by then is in)
         if hedge_at is not None and time.monotonic() >= hedge_at:
             hedge_at = None
             waiting = [s for s in copies if s not in covered and busy[s] > 0]

@@ -21,7 +21,9 @@ actors (replicas), and writes wait for the restart.
 from __future__ import annotations
 
 import os
+import functools
 import pickle
+import threading
 import time
 from itertools import islice, repeat
 from operator import eq
@@ -152,6 +154,16 @@ class _PrimaryProxy:
         return ray.get(self.handle.read_file.remote(self.shard, name, offset, length))
 
 
+def _one_at_a_time(method):
+    """A node actor runs its classic calls one at a time, and its compiled-graph searches (lanes.py) on
+    a thread of their own: this lock keeps the two from overlapping, as a plain actor would."""
+    @functools.wraps(method)
+    def run(self, *args):
+        with self._serial:
+            return method(self, *args)
+    return run
+
+
 class NodeServer:
     """The shard copies of one node at one copy level. members: [(shard number, shard name)];
     level 0: primaries (created with create_args when their directory is new), level r: replica r-1."""
@@ -161,6 +173,7 @@ class NodeServer:
         self.started = time.time()
         self.node_calls = 0
         self.threads = max(1, int(threads))
+        self._serial = threading.Lock()
         self._pool = None
         self.shards = {}
         for s, name in members:
@@ -182,6 +195,7 @@ class NodeServer:
                 "calls": {s: srv.calls for s, srv in self.shards.items()}}
 
     # ---- searching
+    @_one_at_a_time
     def call(self, req: bytes) -> bytes:
         """One search phase over some of this node's shards. req: pickled (shards, phase request) where
         the phase request is gather.request's bytes, (method, (gen, ...)). Answers pickled
@@ -276,6 +290,7 @@ class NodeServer:
         return out
 
     # ---- writing (primaries; the driver serialises writes)
+    @_one_at_a_time
     def write(self, calls: dict) -> dict:
         """{shard: (method, args)} run on this node's shards in shard order; {shard: result}."""
         out = {}
@@ -291,12 +306,15 @@ class NodeServer:
         return out
 
     # ---- replication
+    @_one_at_a_time
     def list_files(self, shard):
         return self.shards[shard].list_files()
 
+    @_one_at_a_time
     def read_file(self, shard, name, offset, length):
         return self.shards[shard].read_file(name, offset, length)
 
+    @_one_at_a_time
     def sync(self, primaries: dict) -> dict:
         """Replica copies: each shard s copies what changed on its primary (primaries: {s: node actor}).
         {s: generation now served, or -1 for a copy that could not sync (it stays out of searches)}."""
