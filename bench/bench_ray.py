@@ -15,7 +15,10 @@ run, interleaved per query, medians:
                floors: one call carrying a search's request and answer bytes, and a trivial
                3-actor fan-out (what one actor per shard pays before a shard does any work), and the
                local Collection's own search served by an actor (a copy of its directory opened read-only
-               there, pickled bytes in and out; no sharding code): what any search through one Ray call costs
+               there, pickled bytes in and out; no sharding code): what any search through one Ray call costs;
+               and the 3 shards opened with compiled=True (searches over a Ray Compiled Graph channel,
+               distributed/lanes.py) next to a trivial call over such a channel, then how many cores the
+               session burns while idle with those channels open (they poll) and after closing them
 
 then the CPU time each kind of call costs, summed over every process of the Ray session (driver,
 raylet, GCS, workers; from /proc through psutil), with the cores the machine gave us meanwhile
@@ -108,7 +111,7 @@ def main():
 
     @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)  # as the node actors are made
     class Noop:
-        def noop(self):
+        def noop(self, x=None):
             return None
 
         def echo(self, req, answer):
@@ -138,11 +141,23 @@ def main():
     ray.get(served.search.remote(pickle.dumps(q[0], protocol=5)))
     sc3 = shards[3]
     sc3.close()  # copies of its directory, opened with other node layouts (the CLUSTER names no placement)
-    for name in ("threads", "pershard"):
+    for name in ("threads", "pershard", "compiled"):
         shutil.copytree(os.path.join(tmp, "sc3"), os.path.join(tmp, f"sc3-{name}"))
     sc3 = shards[3] = ShardedCollection.open(os.path.join(tmp, "sc3"))
     sc3t = ShardedCollection.open(os.path.join(tmp, "sc3-threads"), node_threads=3)
     sc3a = ShardedCollection.open(os.path.join(tmp, "sc3-pershard"), nodes=3)
+    sc3c = ShardedCollection.open(os.path.join(tmp, "sc3-compiled"), compiled=True)
+    t0 = time.monotonic()  # lanes compile in the background once a search asks: wait for them
+    while not sc3c._lanes.states() or not all(st == "ready" for st, _ in sc3c._lanes.states().values()):
+        sc3c.search(q[0], k=10)
+        time.sleep(0.05)
+        if time.monotonic() - t0 > 60:
+            raise SystemExit(f"lanes not ready after 60 s: {sc3c._lanes.states()}")
+    from ray.dag import InputNode
+
+    noop_cg = Noop.remote()  # a trivial call over a compiled-graph channel, as the lanes make
+    with InputNode() as inp:
+        trivial_cg = noop_cg.noop.bind(inp).experimental_compile()
     for name, sc in (("3-shard", sc3), ("3-shard, node_threads=3", sc3t), ("3-shard, nodes=3", sc3a)):
         layout = [sorted(ray.get(sc.primary(s).ping.remote())["gens"]) for s in range(sc.n_shards)]
         print(f"{name}: shards per node actor {[sc.node_shards(s) for s in range(sc.n_shards)]}, "
@@ -156,10 +171,12 @@ def main():
     calls = {
         "local Collection": lambda v: local.search(v, k=10),
         "3-shard search": lambda v: sc3.search(v, k=10),
+        "3-shard, compiled=True": lambda v: sc3c.search(v, k=10),
         "3-shard, node_threads=3": lambda v: sc3t.search(v, k=10),
         "3-shard, nodes=3 (actor/shard)": lambda v: sc3a.search(v, k=10),
         "local Collection in an actor": lambda v: pickle.loads(ray.get(served.search.remote(pickle.dumps(v, protocol=5)))),
         "trivial actor call": lambda v: ray.get(noop.noop.remote()),
+        "trivial compiled-graph call": lambda v: ray.get(trivial_cg.execute(None)),
         "1 call, search's bytes": lambda v: ray.get(noop.echo.remote(req, answer)),
         "trivial 3-actor fan-out": lambda v: ray.get([a.noop.remote() for a in fan]),
     }
@@ -190,9 +207,28 @@ def main():
     n_calls = len(times["local Collection"])
     print(f"  overhead p50 {over:.3f} ms = {over / rt:.2f} x the round trip (bar <= 1.5): 3 shards in one node "
           f"actor, searched one after the other")
-    for name in ("3-shard, node_threads=3", "3-shard, nodes=3 (actor/shard)", "local Collection in an actor"):
+    for name in ("3-shard, compiled=True", "3-shard, node_threads=3", "3-shard, nodes=3 (actor/shard)",
+                 "local Collection in an actor"):
         o = p50[name] - p50["local Collection"]
         print(f"  {name}: overhead p50 {o:.3f} ms = {o / rt:.2f} x the round trip")
+    rt_cg = p50["trivial compiled-graph call"]
+    o = p50["3-shard, compiled=True"] - p50["local Collection"]
+    print(f"  3-shard, compiled=True: the same overhead is {o / rt_cg:.2f} x a trivial compiled-graph call "
+          f"({rt_cg:.3f} ms: the transport it used); its lanes (state, calls): {sc3c._lanes.states()}")
+
+    def idle_cores(seconds=2.0):
+        c0, w0 = session_cpu(), time.perf_counter()
+        time.sleep(seconds)
+        return (session_cpu() - c0) / (time.perf_counter() - w0)
+
+    busy_open = idle_cores()
+    trivial_cg.teardown()  # compiled graphs poll their channels: they go before the CPU and throughput parts
+    sc3c.close()
+    for name in ("3-shard, compiled=True", "trivial compiled-graph call"):
+        calls.pop(name)
+    time.sleep(0.5)
+    print(f"  idle (no call for 2 s), cores busy in the session's processes: {busy_open:.2f} with the two compiled "
+          f"graphs open (the compiled=True collection's lane, the trivial call's), {idle_cores():.2f} after closing them")
     print("  same top-10 as local: " + ", ".join(f"{name} {v}/{n_calls}" for name, v in ok.items()))
     carried = p50["1 call, search's bytes"]
     print(f"  one call carrying the search's bytes is {carried / rt:.2f} x the round trip; the 3-shard search is "

@@ -6,6 +6,12 @@ actor on the caller's own Ray node through a shared-memory channel: ~0.17-0.7 ms
 trivial call. Across Ray nodes it measured no faster (3.2 vs 3.6 ms for a 3-node fan-out) and
 costs 1-2 s to compile, so only node actors on the caller's node get a lane.
 
+The price: Ray's channel reader polls. Each open lane keeps about one core busy, idle or not
+(measured: 0.07 cores busy in an idle Ray session, 1.07 with one compiled graph open, 1.99 with
+two; 0.09 after tearing them down), which on a shared machine slows everything else (the local
+Collection's 4-thread throughput fell 2,368 -> 1,748 q/s with two graphs open). So lanes are
+opt-in: ShardedCollection.open(..., compiled=True), for a latency-bound service with cores to spare.
+
 A lane is an optimisation, never a requirement: gather() uses one when it is ready and free and
 calls the classic way otherwise. One caller at a time uses a lane (its lock). Any system error
 (actor died or restarted, channel error, timeout) breaks it: it is torn down in the background
