@@ -221,14 +221,18 @@ def main():
         time.sleep(seconds)
         return (session_cpu() - c0) / (time.perf_counter() - w0)
 
-    busy_open = idle_cores()
+    busy_open = idle_cores(1.0)  # (the lane goes after lanes.IDLE_S = 2 s unused)
+    time.sleep(2.5)
+    busy_reaped = idle_cores(1.0)
+    lane_state = sc3c._lanes.states()
     trivial_cg.teardown()  # compiled graphs poll their channels: they go before the CPU and throughput parts
     sc3c.close()
     for name in ("3-shard, compiled=True", "trivial compiled-graph call"):
         calls.pop(name)
     time.sleep(0.5)
-    print(f"  idle (no call for 2 s), cores busy in the session's processes: {busy_open:.2f} with the two compiled "
-          f"graphs open (the compiled=True collection's lane, the trivial call's), {idle_cores():.2f} after closing them")
+    print(f"  idle (no call), cores busy in the session's processes: {busy_open:.2f} in the first second with two "
+          f"compiled graphs open (the compiled=True collection's lane and the trivial call's); {busy_reaped:.2f} "
+          f"3.5 s later (the lane torn down after 2 s unused: {lane_state}); {idle_cores():.2f} with neither")
     print("  same top-10 as local: " + ", ".join(f"{name} {v}/{n_calls}" for name, v in ok.items()))
     carried = p50["1 call, search's bytes"]
     print(f"  one call carrying the search's bytes is {carried / rt:.2f} x the round trip; the 3-shard search is "

@@ -216,3 +216,24 @@ def test_a_slow_copy_is_hedged_by_the_next(nodes, over):
                           lanes=lanes if over == "lane" else None)
     assert time.monotonic() - t0 < 2.5
     assert got == [["b"]] and missing == {}
+
+
+def test_an_idle_lane_is_torn_down_and_compiled_again_when_asked(ray_cluster):
+    """An open lane keeps a core polling: unused for `idle` seconds it goes, and comes back on demand."""
+    a = _Node.options(scheduling_strategy=_here()).remote("a")
+    lanes = Lanes(ray, idle=0.3)
+    try:
+        ray.get(a.ping.remote())
+        _lane_of(lanes, a).release()
+        assert gather({0: [("a", a)]}, b"req", 0, 5.0, lanes=lanes) == ([["a"]], {})
+        t0 = time.monotonic()
+        while lanes.states()[a._actor_id.hex()][0] != "idle":
+            assert time.monotonic() - t0 < 10, lanes.states()
+            time.sleep(0.05)
+        assert gather({0: [("a", a)]}, b"req", 0, 5.0, lanes=lanes) == ([["a"]], {})  # classic meanwhile
+        _lane_of(lanes, a).release()  # that search asked for it again
+        assert gather({0: [("a", a)]}, b"req", 0, 5.0, lanes=lanes) == ([["a"]], {})
+        assert lanes.states()[a._actor_id.hex()] == ("ready", 2)
+    finally:
+        lanes.close()
+        ray.kill(a)

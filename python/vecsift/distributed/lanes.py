@@ -10,7 +10,10 @@ The price: Ray's channel reader polls. Each open lane keeps about one core busy,
 (measured: 0.07 cores busy in an idle Ray session, 1.07 with one compiled graph open, 1.99 with
 two; 0.09 after tearing them down), which on a shared machine slows everything else (the local
 Collection's 4-thread throughput fell 2,368 -> 1,748 q/s with two graphs open). So lanes are
-opt-in: ShardedCollection.open(..., compiled=True), for a latency-bound service with cores to spare.
+opt-in: ShardedCollection.open(..., compiled=True), for a latency-bound service with cores to spare,
+and a lane unused for IDLE_S seconds is torn down (the next search compiles it again in the
+background, ~0.15 s on the caller's node, and goes the classic way meanwhile), so the polling
+lasts while searches come, not for the life of the collection.
 
 A lane is an optimisation, never a requirement: gather() uses one when it is ready and free and
 calls the classic way otherwise. One caller at a time uses a lane (its lock). Any system error
@@ -24,6 +27,7 @@ import threading
 import time
 
 _BACKOFF = (0.5, 30.0)  # seconds before compiling again after a failure: first, most
+IDLE_S = 2.0  # a lane unused this long is torn down
 
 
 class Lane:
@@ -37,6 +41,7 @@ class Lane:
         self.failures = 0
         self.retry_at = 0.0
         self.calls = 0  # searches sent over it (tests and benchmarks read it)
+        self.used = 0.0  # time.monotonic() of its last search (or of its compiling)
 
     # ---- used by gather (between take() and release()/broke() the caller holds the lock)
     def take(self) -> "Lane | None":
@@ -58,6 +63,7 @@ class Lane:
     def execute(self, req: bytes):
         ref = self.dag.execute(req)
         self.calls += 1
+        self.used = time.monotonic()
         return ref
 
     def fetch(self, ref, timeout: float):
@@ -89,6 +95,7 @@ class Lane:
                 dag = self.handle.call.bind(inp)
             self.dag = dag.experimental_compile()
             self.failures = 0
+            self.used = time.monotonic()
             if self.owner.closed:
                 self._teardown(self.dag, "closed", locked=True)
                 return
@@ -113,6 +120,16 @@ class Lane:
             if not locked:
                 self.lock.release()
 
+    def reap(self, idle: float) -> None:
+        """Tears the lane down if no search used it for `idle` seconds (and none is using it now)."""
+        if self.state != "ready" or time.monotonic() - self.used < idle or not self.lock.acquire(blocking=False):
+            return
+        if self.state == "ready" and time.monotonic() - self.used >= idle:
+            dag, self.dag = self.dag, None
+            self.state = "busy"
+            self._teardown(dag, "idle", locked=True)
+        self.lock.release()
+
     def close(self, wait: float) -> None:
         if not self.lock.acquire(timeout=wait):
             return  # still compiling or tearing down: that thread sees owner.closed and cleans up
@@ -131,12 +148,14 @@ class Lane:
 class Lanes:
     """The lanes of one ShardedCollection, one per node actor (by actor id)."""
 
-    def __init__(self, ray):
+    def __init__(self, ray, idle: float = IDLE_S):
         self.ray = ray
         self.here = ray.get_runtime_context().get_node_id()
+        self.idle = float(idle)
         self.closed = False
         self._lanes = {}
         self._lock = threading.Lock()
+        self._reaper = None
 
     def take(self, handle) -> Lane | None:
         """A ready lane to `handle`, locked for the caller, or None: call it the classic way (a lane
@@ -148,7 +167,21 @@ class Lanes:
         if lane is None:
             with self._lock:
                 lane = self._lanes.setdefault(key, Lane(self, handle))
+                if self._reaper is None:
+                    self._reaper = threading.Thread(target=self._reap, name="vecsift-lane-reaper", daemon=True)
+                    self._reaper.start()
         return lane.take()
+
+    def _reap(self) -> None:
+        while not self.closed:
+            time.sleep(min(0.5, self.idle / 2))
+            for lane in list(self._lanes.values()):
+                if self.closed:
+                    return
+                try:
+                    lane.reap(self.idle)
+                except Exception:  # noqa: BLE001 - a teardown that failed: the lane is idle again anyway
+                    pass
 
     def states(self) -> dict:
         """{actor id hex: (state, calls sent over it)}: for tests and benchmarks."""
