@@ -146,7 +146,7 @@ class ShardedCollection:
         node, at most one per shard; shards are dealt over them). node_threads: threads a node
         actor searches its local shards with (1: one after the other). compiled: one-query searches
         call the node actors on this process's Ray node over Ray Compiled Graph channels (shared
-        memory, ~1.9 ms less a search on a 2-core machine; classic calls whenever a channel is not
+        memory, ~1.8 ms less a search on a 2-core machine; classic calls whenever a channel is not
         ready, busy or failing) at the price of one core per channel kept busy polling it even while
         idle (lanes.py); off by default."""
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:

@@ -20,8 +20,8 @@ actors (replicas), and writes wait for the restart.
 """
 from __future__ import annotations
 
-import os
 import functools
+import os
 import pickle
 import threading
 import time
