@@ -263,25 +263,30 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
     submit(copies, lanes)
     if lane_calls:
         # every lane's answer first (a lane is held until its answer is in), then what they say
-        got = []
+        got = []  # (shards asked, fetch() giving the answer or raising; None: ask again the classic way)
         for lane, ref, asked in lane_calls:
             try:
                 data = lane.fetch(ref, max(0.0, hedge_at - time.monotonic()))
             except RayTaskError as exc:  # raised by the node's code: the lane stays good
                 lane.release()
-                got.append((asked, exc, False))
-            except Exception as exc:  # noqa: BLE001 - the lane broke (actor gone, channel, timeout)
+                got.append((asked, _raiser(exc)))
+            except TimeoutError:  # slow: past the hedge time the loop below also asks the next copy
                 lane.broke()
-                got.append((asked, exc, True))
+                got.append((asked, None))
+            except unavailable as exc:  # the actor is gone: that copy failed, as a classic call would
+                lane.broke()
+                got.append((asked, _raiser(exc)))
+            except Exception:  # noqa: BLE001 - the channel failed, not the copy as far as we know
+                lane.broke()
+                got.append((asked, None))
             else:
                 lane.release()
-                got.append((asked, data, False))
+                got.append((asked, lambda d=data: d))
         lane_calls.clear()
-        for asked, data, broken in got:
-            if not broken or isinstance(data, unavailable) and not isinstance(data, TimeoutError):
-                settle(asked, (lambda d=data: d) if not isinstance(data, Exception) else _raiser(data))
-            else:  # the channel failed or was slow: ask that copy the classic way (past the hedge
-                # time, the loop below also asks the next copy; a dead actor fails that call at once)
+        for asked, fetch in got:
+            if fetch is not None:
+                settle(asked, fetch)
+            else:
                 for s in asked:
                     busy[s] -= 1
                     nxt[s] -= 1

@@ -8,8 +8,9 @@ costs 1-2 s to compile, so only node actors on the caller's node get a lane.
 
 The price: Ray's channel reader polls. Each open lane keeps about one core busy, idle or not
 (measured: 0.07 cores busy in an idle Ray session, 1.07 with one compiled graph open, 1.99 with
-two; 0.09 after tearing them down), which on a shared machine slows everything else (the local
-Collection's 4-thread throughput fell 2,368 -> 1,748 q/s with two graphs open). So lanes are
+two; 0.09 after tearing them down), which on a shared machine slows everything else (bench_ray,
+the local Collection's 4-thread throughput: 1,748 q/s in a run with two graphs open against
+2,341-3,140 q/s in runs without, same machine). So lanes are
 opt-in: ShardedCollection.open(..., compiled=True), for a latency-bound service with cores to spare,
 and a lane unused for IDLE_S seconds is torn down (the next search compiles it again in the
 background, ~0.15 s on the caller's node, and goes the classic way meanwhile), so the polling
@@ -76,10 +77,13 @@ class Lane:
         """A system error on this lane: tear it down in the background (the lock goes with it)."""
         dag, self.dag = self.dag, None
         self.state = "busy"
-        self.failures += 1
-        self.retry_at = time.monotonic() + min(_BACKOFF[1], _BACKOFF[0] * 2 ** (self.failures - 1))
+        self._back_off()
         threading.Thread(target=self._teardown, args=(dag, "idle"), name="vecsift-lane-teardown",
                          daemon=True).start()
+
+    def _back_off(self) -> None:
+        self.failures += 1
+        self.retry_at = time.monotonic() + min(_BACKOFF[1], _BACKOFF[0] * 2 ** (self.failures - 1))
 
     # ---- background work (holds the lock)
     def _compile(self) -> None:
@@ -102,8 +106,7 @@ class Lane:
             self.state = "ready"
         except Exception:  # noqa: BLE001 - no lane for now: searches go the classic way
             self.dag = None
-            self.failures += 1
-            self.retry_at = time.monotonic() + min(_BACKOFF[1], _BACKOFF[0] * 2 ** (self.failures - 1))
+            self._back_off()
             self.state = "closed" if self.owner.closed else "idle"
         finally:
             self.lock.release()
