@@ -203,7 +203,7 @@ U8Array planes_py(const QuantizedIndex& ix) {
 U8Array blocks_py(const QuantizedIndex& ix) {
   const size_t n = ix.blocks_bytes();
   U8Array out(n);
-  if (n) std::memcpy(out.mutable_data(), ix.blocks(), n);
+  if (n) ix.blocks_as_planes(out.mutable_data());
   return out;
 }
 
@@ -226,26 +226,31 @@ void set_state_py(QuantizedIndex& ix, const F32Array& rotation, const F32Array& 
   ix.set_state(rotation.data(), centroid.data(), trained, n, blocks.data(), factors.data());
 }
 
-// The block kernel alone, for tests: S = u . qu for each row of the code
+// The block kernels alone, for tests: S = u . qu for each row of the code
 // values u (n x D, each < 2^bits; D a multiple of 64), stored in the blocked
-// plane layout, against query values qu (D, each < 2^qbits).
-py::array_t<uint32_t> plane_sums_py(const U8Array& u, const U8Array& qu, int bits, int qbits, int level) {
+// plane layout (or the nibble layout, 4 bits only), against query values qu
+// (D, each < 2^qbits).
+py::array_t<uint32_t> plane_sums_py(const U8Array& u, const U8Array& qu, int bits, int qbits, int level,
+                                    bool nibbles) {
   require_matrix(u, "u");
   const size_t n = u.shape(0), D = u.shape(1);
   require(D % 64 == 0 && D > 0 && D <= kQuantMaxDim, "u must have a positive multiple of 64 columns, at most 4096");
   require(bits >= 1 && bits <= 8, "bits must be in [1, 8]");
   require(qbits >= 1 && qbits <= 8, "qbits must be in [1, 8]");
   require(qu.ndim() == 1 && static_cast<size_t>(qu.shape(0)) == D, "qu must be 1-d with u.shape[1] entries");
+  require(!nibbles || bits == 4, "the nibble layout holds 4-bit codes only");
+  const QuantLayout layout = nibbles ? QuantLayout::Nibbles : QuantLayout::Planes;
   const size_t J = D / 8, nblocks = (n + kQuantBlockRows - 1) / kQuantBlockRows;
   const size_t stride = static_cast<size_t>(bits) * J * kQuantBlockRows;
   std::vector<uint8_t> data(nblocks * stride, 0), planes(bits * J), luts;
+  std::vector<uint32_t> words;
   const uint8_t* pu = u.data();
   for (size_t r = 0; r < n; ++r) {
     pack_planes(pu + r * D, D, bits, planes.data());
-    uint8_t* blk = data.data() + (r / kQuantBlockRows) * stride;
-    for (size_t i = 0; i < planes.size(); ++i) blk[i * kQuantBlockRows + r % kQuantBlockRows] = planes[i];
+    quant_put_row(data.data() + (r / kQuantBlockRows) * stride, r % kQuantBlockRows, bits, J, layout, planes.data());
   }
   build_query_luts(qu.data(), D, qbits, luts);
+  build_query_words(qu.data(), D, words);
   py::array_t<uint32_t> out(nblocks * kQuantBlockRows);
   uint32_t* po = out.mutable_data();
   std::fill(po, po + nblocks * kQuantBlockRows, 0u);
@@ -260,7 +265,10 @@ py::array_t<uint32_t> plane_sums_py(const U8Array& u, const U8Array& qu, int bit
           if ((mask >> l) & 1u) po[b * kQuantBlockRows + l] = S[l];
       }
     } sink{po};
-    quant_sums(lv, s, luts.data(), (qbits + 3) / 4, 0, nblocks, sink);
+    if (nibbles)
+      quant_nibble_sums(lv, s, words.data(), qbits, 0, nblocks, sink);
+    else
+      quant_sums(lv, s, luts.data(), (qbits + 3) / 4, 0, nblocks, sink);
   }
   out.resize({n});
   return out;
@@ -382,7 +390,7 @@ py::tuple parts_rescore_py(const std::vector<F32Array>& rows, const F32Array& qu
 
 void bind_quant(py::module_& m) {
   m.def("quant_plane_sums", &plane_sums_py, py::arg("u"), py::arg("qu"), py::arg("bits"), py::arg("qbits"),
-        py::arg("level") = -1);
+        py::arg("level") = -1, py::arg("nibbles") = false);
   m.def("quant_rotate", &rotate_py, py::arg("cols"), py::arg("x"), py::arg("level") = -1);
   m.def("quant_fht_rotate", &fht_rotate_py, py::arg("signs"), py::arg("x"), py::arg("level") = -1);
   m.attr("QUANT_FHT_ROUNDS") = kFhtRounds;

@@ -123,10 +123,11 @@ def test_bounds_returned_and_contain_estimate(rng):
     np.testing.assert_array_equal(lo2, s2)
 
 
-def test_allow_restricts_and_matches_subset(rng):
+@pytest.mark.parametrize("bits", [2, 4])
+def test_allow_restricts_and_matches_subset(bits, rng):
     x = rng.standard_normal((700, 48)).astype(np.float32)
     q = rng.standard_normal((6, 48)).astype(np.float32)
-    ix = vecsift.QuantizedIndex(48, bits=2)
+    ix = vecsift.QuantizedIndex(48, bits=bits)
     ix.add(x)
     allowed = np.sort(rng.choice(700, 90, replace=False))
     for allow in (BitMap(allowed.tolist()), allowed, np.isin(np.arange(700), allowed)):
@@ -306,3 +307,18 @@ def test_bad_search_and_add_arguments(rng):
         ix.search(x[:1], 3, bounds=True, confidence=float("nan"))
     with pytest.raises(ValueError, match="train"):
         ix.train(x)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+def test_saved_blocks_are_bit_planes_whatever_the_layout_in_memory(bits, rng):
+    # 4-bit codes are held as nibbles in memory (quant_layout.hpp); files keep the blocked bit planes
+    # of earlier releases, so files written before and after open alike.
+    x = rng.standard_normal((70, 48)).astype(np.float32)
+    ix = vecsift.QuantizedIndex(48, bits=bits)
+    ix.add(x)
+    planes = ix._index.planes()
+    n, cb = planes.shape
+    nb = -(-n // 32)
+    pad = np.zeros((nb * 32, cb), np.uint8)
+    pad[:n] = planes
+    np.testing.assert_array_equal(ix._index.blocks(), pad.reshape(nb, 32, cb).transpose(0, 2, 1).ravel())

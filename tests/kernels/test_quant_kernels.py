@@ -38,14 +38,34 @@ def test_plane_sums_equal_numpy(bits, qbits, D, n, rng):
         np.testing.assert_array_equal(got, ref, err_msg=LEVEL_NAMES[level])
 
 
-@pytest.mark.parametrize("bits,qbits", [(8, 8), (1, 4), (4, 8)])
-def test_plane_sums_largest_values_do_not_overflow(bits, qbits):
-    # Every value at its maximum at the largest dimension: the u8 and u16 counters are at their limits.
+@pytest.mark.parametrize("qbits", range(1, 9))
+@pytest.mark.parametrize("D,n", [(64, 1), (128, 31), (448, 33), (512, 100)])
+def test_nibble_sums_equal_numpy(qbits, D, n, rng):
+    # 4-bit codes are scanned in the nibble layout (quant_layout.hpp): a byte multiply-add, not tables.
+    u = rng.integers(0, 16, size=(n, D), dtype=np.uint8)
+    qu = rng.integers(0, 2**qbits, size=D, dtype=np.uint8)
+    ref = u.astype(np.int64) @ qu.astype(np.int64)
+    for level in HW_LEVELS:
+        got = _core.quant_plane_sums(u, qu, 4, qbits, level, nibbles=True)
+        np.testing.assert_array_equal(got, ref, err_msg=LEVEL_NAMES[level])
+
+
+def test_nibble_layout_is_four_bits_only(rng):
+    u = rng.integers(0, 4, size=(3, 64), dtype=np.uint8)
+    with pytest.raises(ValueError, match="4-bit codes only"):
+        _core.quant_plane_sums(u, np.zeros(64, np.uint8), 2, 8, nibbles=True)
+
+
+@pytest.mark.parametrize("bits,qbits,nibbles", [(8, 8, False), (1, 4, False), (4, 8, False), (4, 8, True),
+                                                (4, 6, True), (4, 7, True)])
+def test_plane_sums_largest_values_do_not_overflow(bits, qbits, nibbles):
+    # Every value at its maximum at the largest dimension: the u8 and u16 counters are at their limits
+    # (in the nibble kernel the 16-bit lanes hold 2 words at 7-8 query bits, 8 words below).
     D = 4096
     u = np.full((40, D), 2**bits - 1, dtype=np.uint8)
     qu = np.full(D, 2**qbits - 1, dtype=np.uint8)
     for level in HW_LEVELS:
-        got = _core.quant_plane_sums(u, qu, bits, qbits, level)
+        got = _core.quant_plane_sums(u, qu, bits, qbits, level, nibbles=nibbles)
         assert (got == D * (2**bits - 1) * (2**qbits - 1)).all(), LEVEL_NAMES[level]
 
 
@@ -121,7 +141,8 @@ def test_fht_rotation_bad_arguments():
         vecsift.QuantizedIndex(64, rotation="haar")
 
 
-@pytest.mark.parametrize("bits,qbits,metric", [(1, 4, "cosine"), (2, 5, "ip"), (4, 8, "l2"), (8, 6, "cosine")])
+@pytest.mark.parametrize("bits,qbits,metric",
+                         [(1, 4, "cosine"), (2, 5, "ip"), (4, 8, "l2"), (4, 5, "ip"), (8, 6, "cosine")])
 def test_search_equals_numpy_reference_at_every_level(bits, qbits, metric, rng):
     dim, n, k = 70, 203, 9
     x = rng.standard_normal((n, dim)).astype(np.float32)

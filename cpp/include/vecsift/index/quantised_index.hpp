@@ -1,6 +1,8 @@
-// QuantizedIndex: RaBitQ-style B-bit codes (quant_codes.hpp) in the blocked
-// bit-plane layout of quant_scan.hpp, and a brute-force top-k over the
-// estimated similarity (higher is better; stored in TopK as -estimate).
+// QuantizedIndex: RaBitQ-style B-bit codes (quant_codes.hpp) in blocks of 32
+// rows (bit planes for 1, 2 and 8 bits, nibbles for 4: quant_layout.hpp), and
+// a brute-force top-k over the estimated similarity (higher is better; stored
+// in TopK as -estimate). Rows enter and leave (add_codes, get_planes, saved
+// blocks) as bit planes whatever the layout inside.
 //
 // The centroid is the mean of the first batch added (or of train()); later
 // rows are coded against the same centroid and rotation. Concurrency as in
@@ -24,6 +26,8 @@
 #include "vecsift/kernels/distance.hpp"  // Metric
 #include "vecsift/kernels/parallel.hpp"
 #include "vecsift/kernels/quant_codes.hpp"
+#include "vecsift/kernels/quant_layout.hpp"
+#include "vecsift/kernels/quant_nibble_scan.hpp"
 #include "vecsift/kernels/quant_rotation.hpp"
 #include "vecsift/kernels/quant_scan.hpp"
 #include "vecsift/kernels/topk.hpp"
@@ -46,7 +50,7 @@ class QuantizedIndex {
   QuantizedIndex(size_t dim, int bits, Metric metric, uint64_t seed, size_t code_dim = 0, bool make_rotation = true,
                  QuantRotationKind rotation = QuantRotationKind::Dense)
       : dim_(dim), dpad_(code_dim ? code_dim : quant_padded_dim(dim)), J_(dpad_ / 8), bits_(bits),
-        metric_(metric), seed_(seed), kind_(rotation) {
+        metric_(metric), seed_(seed), kind_(rotation), layout_(quant_layout_for(bits)) {
     if (dim == 0 || dim > kQuantMaxDim) throw std::invalid_argument("dim must be in [1, 4096]");
     if (dpad_ % 64 || dpad_ < dim || dpad_ > kQuantMaxDim)
       throw std::invalid_argument("code_dim must be a multiple of 64 in [dim, 4096]");
@@ -162,7 +166,9 @@ class QuantizedIndex {
     }
     rotate_vec(pad.data(), r.data(), level);
     QuantQuery qq;
-    quantize_query(r.data(), dpad_, qbits, qq);
+    const bool nibbles = layout_ == QuantLayout::Nibbles;
+    quantize_query(r.data(), dpad_, qbits, qq, !nibbles);
+    if (nibbles) build_query_words(qq.qu.data(), dpad_, qq.words);
     if (metric_ == Metric::L2) {
       qq.mq = 2.0f;
       qq.cq = -qq.norm2;
@@ -199,7 +205,8 @@ class QuantizedIndex {
       est[i] = estimator(qs[i]);
       // Built once per query rather than per chunk; a large batch builds them per chunk (7 KiB a query
       // at 448 dims and 8-bit queries would add up).
-      if (nq <= 256) quant_wide_tables(level, qs[i].luts.data(), J_, qs[i].passes(), qs[i].wide);
+      if (nq <= 256 && layout_ == QuantLayout::Planes)
+        quant_wide_tables(level, qs[i].luts.data(), J_, qs[i].passes(), qs[i].wide);
     });
     const QuantBlocks blocks = view(allow);
     const size_t nblocks = blocks.nblocks;
@@ -218,8 +225,11 @@ class QuantizedIndex {
     std::vector<Top> tops;
     auto scan = [&](size_t q, size_t b0, size_t b1, Top& top) {
       Sink sink{top, QuantScoreArgs{factors_a_.data(), factors_su_.data(), factors_add_.data(), est[q]}};
-      quant_sums(level, blocks, qs[q].luts.data(), qs[q].passes(), b0, b1, sink,
-                 qs[q].wide.empty() ? nullptr : qs[q].wide.data());
+      if (layout_ == QuantLayout::Nibbles)
+        quant_nibble_sums(level, blocks, qs[q].words.data(), qbits, b0, b1, sink);
+      else
+        quant_sums(level, blocks, qs[q].luts.data(), qs[q].passes(), b0, b1, sink,
+                   qs[q].wide.empty() ? nullptr : qs[q].wide.data());
     };
     if (nq >= threads) {
       tops.assign(nq, Top(k));
@@ -274,7 +284,10 @@ class QuantizedIndex {
           continue;
         }
         const uint8_t* blk = data_.data() + (r / kQuantBlockRows) * block_stride();
-        const uint32_t S = quant_row_sum(blk, r % kQuantBlockRows, bits_, J_, qq.luts.data(), qq.passes());
+        const size_t lane = r % kQuantBlockRows;
+        const uint32_t S = layout_ == QuantLayout::Nibbles
+                               ? quant_nibble_row_sum(blk, lane, J_, qq.words.data())
+                               : quant_row_sum(blk, lane, bits_, J_, qq.luts.data(), qq.passes());
         const float v = e(S, factors_a_[r], factors_su_[r], factors_add_[r]);
         const float h = bound(qq, r, z);
         *outs[0] = v;
@@ -288,16 +301,20 @@ class QuantizedIndex {
   // Row-major planes of row r: bits x dim_pad/8 bytes.
   void get_planes(size_t r, uint8_t* out) const {
     const uint8_t* blk = data_.data() + (r / kQuantBlockRows) * block_stride();
-    for (size_t i = 0; i < code_bytes(); ++i) out[i] = blk[i * kQuantBlockRows + r % kQuantBlockRows];
+    quant_get_row(blk, r % kQuantBlockRows, bits_, J_, layout_, out);
   }
-  const uint8_t* blocks() const { return data_.data(); }
+  QuantLayout layout() const { return layout_; }
+  // The blocks in the plane layout (what files hold, whatever the layout in memory): blocks_bytes() bytes.
+  void blocks_as_planes(uint8_t* out) const {
+    quant_relayout(data_.data(), layout_, out, QuantLayout::Planes, blocks_bytes() / block_stride(), bits_, J_);
+  }
   size_t blocks_bytes() const { return (n_ + kQuantBlockRows - 1) / kQuantBlockRows * block_stride(); }
   void get_factors(size_t r, float* out) const {
     out[0] = factors_a_[r], out[1] = factors_su_[r], out[2] = factors_add_[r], out[3] = factors_g_[r],
     out[4] = factors_h_[r];
   }
 
-  // Restores a saved index (the caller checked sizes and checksum).
+  // Restores a saved index (the caller checked sizes and checksum); blocks in the plane layout.
   void set_state(const float* rotation, const float* centroid, bool trained, size_t n, const uint8_t* blocks,
                  const float* factors /* n x 5 */) {
     std::unique_lock<std::shared_mutex> lock(mutex_);
@@ -307,7 +324,7 @@ class QuantizedIndex {
     n_ = n;
     const size_t nblocks = (n + kQuantBlockRows - 1) / kQuantBlockRows;
     data_.resize(nblocks * block_stride());
-    if (nblocks) std::memcpy(data_.data(), blocks, nblocks * block_stride());
+    quant_relayout(blocks, QuantLayout::Planes, data_.data(), layout_, nblocks, bits_, J_);
     for (auto* v : factor_arrays()) v->assign(nblocks * kQuantBlockRows, 0.0f);
     for (size_t r = 0; r < n; ++r) {
       factors_a_[r] = factors[5 * r], factors_su_[r] = factors[5 * r + 1], factors_add_[r] = factors[5 * r + 2];
@@ -368,7 +385,7 @@ class QuantizedIndex {
 
   void store_row(size_t r, const uint8_t* planes, const QuantFactors& f) {
     uint8_t* blk = data_.data() + (r / kQuantBlockRows) * block_stride();
-    for (size_t i = 0; i < code_bytes(); ++i) blk[i * kQuantBlockRows + r % kQuantBlockRows] = planes[i];
+    quant_put_row(blk, r % kQuantBlockRows, bits_, J_, layout_, planes);
     factors_a_[r] = f.a, factors_su_[r] = f.su, factors_add_[r] = f.add, factors_g_[r] = f.g, factors_h_[r] = f.h;
   }
 
@@ -377,10 +394,11 @@ class QuantizedIndex {
   Metric metric_;
   uint64_t seed_;
   QuantRotationKind kind_;
+  QuantLayout layout_;
   bool trained_ = false;
   size_t n_ = 0;
   std::vector<float> rotation_, centroid_;
-  HugeBuffer<uint8_t> data_;  // blocked planes, see quant_scan.hpp
+  HugeBuffer<uint8_t> data_;  // blocks of 32 rows in layout_ (quant_layout.hpp)
   std::vector<float> factors_a_, factors_su_, factors_add_, factors_g_, factors_h_;
   mutable std::shared_mutex mutex_;
 };

@@ -174,7 +174,8 @@ struct QuantQuery {
   float cq = 0;          // metric's per-query constant
   float mq = 1;          // metric's multiplier of <r, q_r>
   std::vector<uint8_t> qu;    // D values
-  std::vector<uint8_t> luts;  // passes x (D/8) x 2 x 16, see above
+  std::vector<uint8_t> luts;  // passes x (D/8) x 2 x 16, see above (plane-layout scans)
+  std::vector<uint32_t> words;  // qu packed for the nibble-layout scan (quant_nibble_scan.hpp), when built
   AlignedBytes wide;  // the same tables laid out for the AVX-512 scan, when a caller builds them
   int passes() const { return (bits + 3) / 4; }
 };
@@ -201,8 +202,9 @@ inline void build_query_luts(const uint8_t* qu, size_t D, int Bq, std::vector<ui
       }
 }
 
-// qr: the rotated, centred query (D entries).
-inline void quantize_query(const float* qr, size_t D, int Bq, QuantQuery& q) {
+// qr: the rotated, centred query (D entries). luts=false leaves the tables
+// empty (a caller that scans the nibble layout needs only qu).
+inline void quantize_query(const float* qr, size_t D, int Bq, QuantQuery& q, bool luts = true) {
   float lo = qr[0], hi = qr[0];
   double nn = 0;
   for (size_t i = 0; i < D; ++i) {
@@ -227,7 +229,7 @@ inline void quantize_query(const float* qr, size_t D, int Bq, QuantQuery& q) {
     sq += v;
   }
   q.sum_qu = static_cast<float>(sq);
-  build_query_luts(q.qu.data(), D, Bq, q.luts);
+  if (luts) build_query_luts(q.qu.data(), D, Bq, q.luts);
 }
 
 }  // namespace vecsift

@@ -1,0 +1,100 @@
+// Where a row's code lives inside a block of 32 rows.
+//
+// Everything outside a QuantizedIndex (encode, add_codes, saved files, the
+// collection's rows) speaks row-major planes: bits x D/8 bytes, bit t of byte
+// j of plane p = bit p of u[8j + t] (pack_planes, quant_codes.hpp). Inside a
+// block a row is stored in one of two layouts:
+//
+//   Planes  (1, 2 and 8 bits): byte i of the row's planes at blk[i*32 + lane],
+//           scanned with nibble lookup tables (quant_scan.hpp).
+//   Nibbles (4 bits): the values themselves, two per byte. Word w of a row
+//           (dimensions 8w..8w+7, 4 bytes) sits at blk[(w*32 + lane)*4 + b];
+//           byte b holds u[8w+2b] in its low and u[8w+2b+1] in its high nibble.
+//           Eight rows' words fill a 256-bit register, so a byte multiply-add
+//           against the query scores them directly (quant_nibble_scan.hpp):
+//           half the heavy instructions of the 4 planes x 2 table passes an
+//           8-bit query costs in the plane layout.
+//
+// Both layouts take bits * D/8 bytes a row, so a block has the same size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "vecsift/kernels/quant_scan.hpp"  // kQuantBlockRows
+
+namespace vecsift {
+
+enum class QuantLayout : int { Planes = 0, Nibbles = 1 };
+
+inline QuantLayout quant_layout_for(int bits) { return bits == 4 ? QuantLayout::Nibbles : QuantLayout::Planes; }
+
+// Row planes (4 x J bytes) -> the row's 4J nibble bytes.
+inline void planes_to_nibbles(const uint8_t* planes, size_t J, uint8_t* out) {
+  for (size_t j = 0; j < J; ++j) {
+    uint8_t u[8] = {0};
+    for (int p = 0; p < 4; ++p) {
+      const uint8_t byte = planes[p * J + j];
+      for (int t = 0; t < 8; ++t) u[t] |= static_cast<uint8_t>(((byte >> t) & 1u) << p);
+    }
+    for (int b = 0; b < 4; ++b) out[4 * j + b] = static_cast<uint8_t>(u[2 * b] | (u[2 * b + 1] << 4));
+  }
+}
+
+// The inverse of planes_to_nibbles.
+inline void nibbles_to_planes(const uint8_t* nib, size_t J, uint8_t* planes) {
+  for (size_t j = 0; j < J; ++j) {
+    uint8_t u[8];
+    for (int b = 0; b < 4; ++b) u[2 * b] = nib[4 * j + b] & 15u, u[2 * b + 1] = nib[4 * j + b] >> 4;
+    for (int p = 0; p < 4; ++p) {
+      uint8_t byte = 0;
+      for (int t = 0; t < 8; ++t) byte |= static_cast<uint8_t>(((u[t] >> p) & 1u) << t);
+      planes[p * J + j] = byte;
+    }
+  }
+}
+
+// Stores a row given as planes (bits x J bytes) at `lane` of block `blk`.
+inline void quant_put_row(uint8_t* blk, size_t lane, int bits, size_t J, QuantLayout layout, const uint8_t* planes) {
+  const size_t cb = static_cast<size_t>(bits) * J;
+  if (layout == QuantLayout::Planes) {
+    for (size_t i = 0; i < cb; ++i) blk[i * kQuantBlockRows + lane] = planes[i];
+    return;
+  }
+  uint8_t nib[4 * 512];  // J <= 512 (D <= 4096)
+  planes_to_nibbles(planes, J, nib);
+  for (size_t w = 0; w < J; ++w)
+    for (int b = 0; b < 4; ++b) blk[(w * kQuantBlockRows + lane) * 4 + b] = nib[4 * w + b];
+}
+
+// The row at `lane` of block `blk` as planes (bits x J bytes).
+inline void quant_get_row(const uint8_t* blk, size_t lane, int bits, size_t J, QuantLayout layout, uint8_t* planes) {
+  const size_t cb = static_cast<size_t>(bits) * J;
+  if (layout == QuantLayout::Planes) {
+    for (size_t i = 0; i < cb; ++i) planes[i] = blk[i * kQuantBlockRows + lane];
+    return;
+  }
+  uint8_t nib[4 * 512];
+  for (size_t w = 0; w < J; ++w)
+    for (int b = 0; b < 4; ++b) nib[4 * w + b] = blk[(w * kQuantBlockRows + lane) * 4 + b];
+  nibbles_to_planes(nib, J, planes);
+}
+
+// Copies nblocks blocks from one layout to another (the same bytes when the layouts agree).
+inline void quant_relayout(const uint8_t* src, QuantLayout from, uint8_t* dst, QuantLayout to, size_t nblocks,
+                           int bits, size_t J) {
+  const size_t cb = static_cast<size_t>(bits) * J, stride = cb * kQuantBlockRows;
+  if (from == to) {
+    std::memcpy(dst, src, nblocks * stride);
+    return;
+  }
+  uint8_t row[8 * 512];  // bits <= 8
+  for (size_t b = 0; b < nblocks; ++b)
+    for (size_t l = 0; l < kQuantBlockRows; ++l) {
+      quant_get_row(src + b * stride, l, bits, J, from, row);
+      quant_put_row(dst + b * stride, l, bits, J, to, row);
+    }
+}
+
+}  // namespace vecsift
