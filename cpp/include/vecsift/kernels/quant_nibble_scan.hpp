@@ -76,8 +76,10 @@ inline void quant_nibble_sums_scalar(const QuantBlocks& s, const uint32_t* qw, s
 // 384 dims, one 8-bit query, codes evicted from cache before each scan 900-1,090
 // -> 565-640 us, codes in L3 490-550 -> 450-460 us (Zen 1 VM, min of 21;
 // a prefetch 2 or 4 blocks ahead measured the same or slower). A prefetch is a
-// hint: past the end of the codes it reads nothing and cannot fault.
-template <int K, class Sink>
+// hint: past the end of the codes it reads nothing and cannot fault. Not at the
+// AVX-512 level: there the same prefetch in the plane scan measured slower on
+// both AVX-512 machines (docs/quantised.md), and this one is unmeasured.
+template <int K, bool Prefetch, class Sink>
 __attribute__((target("avx2"))) inline void quant_nibble_sums_avx2(const QuantBlocks& s, const uint32_t* qw,
                                                                    size_t b0, size_t b1, Sink& sink, Level level) {
   const size_t W = s.J, stride = s.block_stride();  // W: a multiple of 8 (D is a multiple of 64)
@@ -94,8 +96,10 @@ __attribute__((target("avx2"))) inline void quant_nibble_sums_avx2(const QuantBl
         const __m256i ql = _mm256_set1_epi32(static_cast<int>(qw[2 * (w + k)]));
         const __m256i qh = _mm256_set1_epi32(static_cast<int>(qw[2 * (w + k) + 1]));
         const uint8_t* src = blk + (w + k) * kQuantBlockRows * 4;
-        _mm_prefetch(reinterpret_cast<const char*>(src + stride), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(src + stride + 64), _MM_HINT_T0);
+        if (Prefetch) {
+          _mm_prefetch(reinterpret_cast<const char*>(src + stride), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(src + stride + 64), _MM_HINT_T0);
+        }
         for (int r = 0; r < 4; ++r) {  // rows 8r..8r+7
           const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 32 * r));
           const __m256i lo = _mm256_and_si256(d, nib), hi = _mm256_and_si256(_mm256_srli_epi16(d, 4), nib);
@@ -116,8 +120,12 @@ template <class Sink>
 inline void quant_nibble_sums(Level level, const QuantBlocks& s, const uint32_t* qw, int qbits, size_t b0, size_t b1,
                               Sink& sink) {
   if (level == Level::Scalar) return quant_nibble_sums_scalar(s, qw, b0, b1, sink, level);
-  if (qbits <= 6) return quant_nibble_sums_avx2<8>(s, qw, b0, b1, sink, level);
-  return quant_nibble_sums_avx2<2>(s, qw, b0, b1, sink, level);
+  const bool pf = level == Level::AVX2;
+  if (qbits <= 6)
+    return pf ? quant_nibble_sums_avx2<8, true>(s, qw, b0, b1, sink, level)
+              : quant_nibble_sums_avx2<8, false>(s, qw, b0, b1, sink, level);
+  return pf ? quant_nibble_sums_avx2<2, true>(s, qw, b0, b1, sink, level)
+            : quant_nibble_sums_avx2<2, false>(s, qw, b0, b1, sink, level);
 }
 
 }  // namespace vecsift
