@@ -150,7 +150,7 @@ class PyIVFQ {
   PyIVFQ(F32Array centroids, F32Array centres, F32Array centres_rot, F32Array rotation, I64Flat list_block,
          I64Flat list_size, I64Flat slot_row, U8Array codes, F32Array factors, F32Array vectors,
          std::optional<F32Array> inv_norm, const std::string& metric, int bits, std::optional<F32Array> rank_basis,
-         std::optional<U16Array> rank_proj)
+         std::optional<U16Array> rank_proj, bool nibbles)
       : arrays_{centroids, centres, centres_rot, rotation, factors, vectors},
         list_block_(list_block), list_size_(list_size), slot_row_(slot_row), codes_(codes), inv_norm_(inv_norm),
         rank_basis_(rank_basis), rank_proj_(rank_proj) {
@@ -160,7 +160,9 @@ class PyIVFQ {
     require_matrix(factors, "factors");
     require_matrix(vectors, "vectors");
     require(bits == 1 || bits == 2 || bits == 4 || bits == 8, "bits must be 1, 2, 4 or 8");
+    require(!nibbles || bits == 4, "the nibble layout holds 4-bit codes only");
     v_.bits = bits;
+    v_.layout = nibbles ? QuantLayout::Nibbles : QuantLayout::Planes;
     v_.dim = centroids.shape(1);
     v_.nlist = centroids.shape(0);
     v_.nrows = vectors.shape(0);
@@ -431,11 +433,11 @@ void bind_partitioned(py::module_& m) {
   py::class_<PyIVFQ>(m, "IVFQuant")
       .def(py::init<F32Array, F32Array, F32Array, F32Array, I64Flat, I64Flat, I64Flat, U8Array, F32Array, F32Array,
                     std::optional<F32Array>, const std::string&, int, std::optional<F32Array>,
-                    std::optional<U16Array>>(),
+                    std::optional<U16Array>, bool>(),
            py::arg("centroids"), py::arg("centres"), py::arg("centres_rot"), py::arg("rotation"), py::arg("list_block"),
            py::arg("list_size"), py::arg("slot_row"), py::arg("codes"), py::arg("factors"), py::arg("vectors"),
            py::arg("inv_norm"), py::arg("metric"), py::arg("bits"), py::arg("rank_basis") = py::none(),
-           py::arg("rank_proj") = py::none())
+           py::arg("rank_proj") = py::none(), py::arg("nibbles") = false)
       .def("search", &PyIVFQ::search, py::arg("queries"), py::arg("k"), py::arg("nprobe"), py::arg("oversample"),
            py::arg("min_candidates"), py::arg("exact_small"), py::arg("query_bits"), py::arg("rescore"),
            py::arg("confidence"), py::arg("allow_mask") = py::none(), py::arg("allow_ids") = py::none(),

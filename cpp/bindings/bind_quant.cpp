@@ -274,6 +274,29 @@ py::array_t<uint32_t> plane_sums_py(const U8Array& u, const U8Array& qu, int bit
   return out;
 }
 
+// Rows of 4-bit codes between row-major planes and the nibble bytes of quant_layout.hpp
+// (n, D/2 bytes both ways); to_nibbles=false is the inverse.
+U8Array nibble_rows_py(const U8Array& rows, bool to_nibbles) {
+  require_matrix(rows, "rows");
+  const size_t n = rows.shape(0), cb = rows.shape(1);
+  require(cb % 32 == 0 && cb > 0 && cb <= 4 * kQuantMaxDim / 8,
+          "rows must be 4-bit codes: a positive multiple of 32 bytes, at most 2048");
+  const size_t J = cb / 4;
+  U8Array out({n, cb});
+  const uint8_t* src = rows.data();
+  uint8_t* dst = out.mutable_data();
+  {
+    py::gil_scoped_release nogil;
+    for (size_t i = 0; i < n; ++i) {
+      if (to_nibbles)
+        planes_to_nibbles(src + i * cb, J, dst + i * cb);
+      else
+        nibbles_to_planes(src + i * cb, J, dst + i * cb);
+    }
+  }
+  return out;
+}
+
 F32Array rotate_py(const F32Array& cols, const F32Array& x, int level) {
   require_matrix(cols, "cols");
   require_matrix(x, "x");
@@ -391,6 +414,7 @@ py::tuple parts_rescore_py(const std::vector<F32Array>& rows, const F32Array& qu
 void bind_quant(py::module_& m) {
   m.def("quant_plane_sums", &plane_sums_py, py::arg("u"), py::arg("qu"), py::arg("bits"), py::arg("qbits"),
         py::arg("level") = -1, py::arg("nibbles") = false);
+  m.def("quant_nibble_rows", &nibble_rows_py, py::arg("rows"), py::arg("to_nibbles") = true);
   m.def("quant_rotate", &rotate_py, py::arg("cols"), py::arg("x"), py::arg("level") = -1);
   m.def("quant_fht_rotate", &fht_rotate_py, py::arg("signs"), py::arg("x"), py::arg("level") = -1);
   m.attr("QUANT_FHT_ROUNDS") = kFhtRounds;

@@ -97,10 +97,15 @@ def _reference_estimates(ix, q):
     D, bits, qb = ix.code_dim, ix.bits, ix.query_bits
     J = D // 8
     nslots = lay.slot_row.size
-    blocks = np.asarray(lay.codes).reshape(-1, bits * J, 32).transpose(0, 2, 1).reshape(nslots, bits, J)
-    u = np.zeros((nslots, D), np.int64)
-    for p in range(bits):
-        u += np.unpackbits(blocks[:, p, :], axis=1, bitorder="little").astype(np.int64) << p
+    if ix._nibbles:  # 4-byte words of 32 rows; byte b of word w: u[8w+2b] low, u[8w+2b+1] high nibble
+        words = np.asarray(lay.codes).view(np.uint32).reshape(-1, J, 32).transpose(0, 2, 1)
+        by = np.ascontiguousarray(words).reshape(nslots, J).view(np.uint8)
+        u = np.stack([by & 15, by >> 4], axis=-1).reshape(nslots, D).astype(np.int64)
+    else:
+        blocks = np.asarray(lay.codes).reshape(-1, bits * J, 32).transpose(0, 2, 1).reshape(nslots, bits, J)
+        u = np.zeros((nslots, D), np.int64)
+        for p in range(bits):
+            u += np.unpackbits(blocks[:, p, :], axis=1, bitorder="little").astype(np.int64) << p
     a, su, add = (np.asarray(lay.factors)[i] for i in range(3))
     nrm = np.linalg.norm(q, axis=1, keepdims=True)
     qn = np.ascontiguousarray(q / nrm, np.float32) if ix.metric == "cosine" else q
@@ -132,7 +137,7 @@ def _reference_estimates(ix, q):
 
 @pytest.mark.parametrize("metric", ["cosine", "l2"])
 @pytest.mark.parametrize("centre", ["global", "list"])
-@pytest.mark.parametrize("bits", [1, 2])
+@pytest.mark.parametrize("bits", [1, 2, 4])
 def test_estimates_equal_numpy_reference(metric, centre, bits):
     """rescore="none" with every list probed returns the top-k estimates of a
     flat reference over the per-list blocked layout (padding slots excluded)."""
@@ -163,8 +168,8 @@ def test_identical_results_across_simd_levels(tmp_path):
         "d = sys.argv[1]\n"
         "x, q, a = np.load(d + '/x.npy'), np.load(d + '/q.npy'), np.load(d + '/a.npy')\n"
         "out = []\n"
-        "for centre in ('global', 'list'):\n"
-        "    ix = vecsift.IVFIndex.build(x, nlist=24, centre=centre)\n"
+        "for centre, bits in (('global', 2), ('list', 2), ('global', 4), ('list', 4)):\n"
+        "    ix = vecsift.IVFIndex.build(x, nlist=24, centre=centre, bits=bits)\n"
         "    out.append(ix._layout.codes.tobytes().hex()[:4000] + ix._layout.factors.tobytes().hex()[:4000])\n"
         "    for kw in ({'rescore': 'none'}, {}, {'allow': a}):\n"
         "        ids, s = ix.search(q, 10, nprobe=6, **kw)\n"
@@ -334,4 +339,80 @@ def test_non_finite_centroids_are_refused(tmp_path):
     sections["centroids"][1, 3] = np.nan
     partitioned_io.write(path, meta, sections)
     with pytest.raises(CorruptIndexError, match="centroids"):
+        IVFIndex.open(path)
+
+
+def _as_plane_file(ix, path, tmp_path):
+    """A copy of ix's file as format 3 writes it (4-bit codes as blocked bit planes), for the
+    4-bit files of earlier releases."""
+    from vecsift.index import partitioned_io
+    from vecsift.index.partitioned import _Layout
+    ix.save(path)
+    meta, arr = partitioned_io.read(path)
+    meta.pop("_version")
+    assign, codes, fac = ix._layout.row_major(len(ix), 32, np.uint32)
+    planes = _core.quant_nibble_rows(codes.view(np.uint8), to_nibbles=False)
+    lay = _Layout.build(assign, planes, ix.nlist, 32, fac)
+    sections = {k: np.array(v) for k, v in arr.items()}
+    sections.update(lay.arrays())
+    old = tmp_path / "planes.ivf"
+    partitioned_io.write(old, meta, sections, version=3)
+    return old
+
+
+def test_four_bit_files_in_either_layout_give_the_same_answers(tmp_path):
+    from vecsift.index.partitioned import describe
+    x, q = real_like(4000, 20, seed=7)
+    ix = IVFIndex.build(x, nlist=16, bits=4)
+    assert ix._nibbles
+    path = tmp_path / "n.ivf"
+    old = _as_plane_file(ix, path, tmp_path)
+    new, legacy = IVFIndex.open(path), IVFIndex.open(old)
+    assert new._nibbles and not legacy._nibbles
+    assert describe(path)["code_layout"] == "nibbles" and describe(old)["code_layout"] == "planes"
+    assert describe(path)["format"] == 4 and describe(old)["format"] == 3
+    for kw in ({"rescore": "none"}, {}, {"nprobe": 16, "rescore": "none"}):
+        a, b, c = ix.search(q, 10, **kw), new.search(q, 10, **kw), legacy.search(q, 10, **kw)
+        for got in (b, c):
+            np.testing.assert_array_equal(got[0], a[0])
+            np.testing.assert_array_equal(got[1], a[1])
+    # one query at a time takes the per-query path; a batch the list-major one
+    for i in range(3):
+        for idx in (new, legacy):
+            np.testing.assert_array_equal(idx.search(q[i], 10, rescore="none")[0][0], a[0][i])
+    # adds keep each file's layout and the same answers
+    more = real_like(500, 1, seed=8)[0]
+    for idx in (new, legacy, ix):
+        idx.add(more)
+    a, b, c = ix.search(q, 10, rescore="none"), new.search(q, 10, rescore="none"), legacy.search(q, 10, rescore="none")
+    assert new._nibbles and not legacy._nibbles
+    np.testing.assert_array_equal(b[0], a[0])
+    np.testing.assert_array_equal(c[0], a[0])
+    np.testing.assert_array_equal(c[1], a[1])
+
+
+def test_adds_in_the_nibble_layout_equal_one_add():
+    x, q = real_like(3000, 10, seed=9)
+    one = IVFIndex(DIM, 12, bits=4).train(x)
+    one.add(x)
+    two = IVFIndex(DIM, 12, bits=4).train(x)
+    two.add(x[:1234])
+    two.add(x[1234:])
+    for kw in ({"rescore": "none"}, {}):
+        a, b = one.search(q, 10, **kw), two.search(q, 10, **kw)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_format_four_holds_only_four_bit_codes(tmp_path):
+    from vecsift import CorruptIndexError
+    from vecsift.index import partitioned_io
+    x, _ = clustered(800, 2, dim=32, centres=4, spread=0.5, seed=2)
+    ix = IVFIndex.build(x, nlist=4, bits=2)
+    path = tmp_path / "b.ivf"
+    ix.save(path)
+    meta, arr = partitioned_io.read(path)
+    meta.pop("_version")
+    partitioned_io.write(path, meta, {k: np.array(v) for k, v in arr.items()}, version=4)
+    with pytest.raises(CorruptIndexError, match="4-bit"):
         IVFIndex.open(path)

@@ -6,7 +6,8 @@ scorer="rabitq" (the default): each list stores the RaBitQ-style codes of the
 quantisation issue (``bits`` 1/2/4/8 bit planes of the rotated residual to the
 list's centroid, ``centre="list"``, or to one global mean, ``centre="global"``)
 in 32-row blocks, scanned by the same kernels as ``QuantizedIndex``, one call
-per probed list. A query keeps the best ``k * oversample`` estimates and, with
+per probed list (4-bit codes as nibbles, the others as bit planes:
+kernels/quant_layout.hpp; 4-bit files written before format 4 keep planes). A query keeps the best ``k * oversample`` estimates and, with
 ``rescore="bound"`` (the collection's bq policy), rescores only those whose
 upper bound reaches the k-th best lower bound (``confidence`` standard
 deviations); ``rescore="fixed"`` rescores all of them, ``"none"`` returns the
@@ -101,7 +102,9 @@ class _Layout:
     """The arrays the core reads: lists of blocked codes with their row ids.
 
     codes: sign -> uint64 words, block b / word w / lane l at (b*words + w)*8 + l;
-    rabitq -> uint8 plane bytes, block b / byte i / lane l at (b*bytes + i)*32 + l.
+    rabitq -> uint8 plane bytes, block b / byte i / lane l at (b*bytes + i)*32 + l;
+    rabitq in the nibble layout (4 bits) -> the same with 4-byte words as the unit
+    (uint32 units in build / row_major, stored as their bytes).
     factors: rabitq only, (5, slots) float32 (a, su, add, g, h of each slot).
     """
 
@@ -143,11 +146,13 @@ class _Layout:
             fac[:, slots] = factors[order].T
         return cls(list_block, sizes, slot_row, blocked, fac)
 
-    def row_major(self, n: int, block: int):
-        """(assign int64 (n,), codes (n, w), factors (n, 5) or None) back from the layout, for adds."""
+    def row_major(self, n: int, block: int, unit=None):
+        """(assign int64 (n,), codes (n, w), factors (n, 5) or None) back from the layout, for adds;
+        unit: the dtype the codes were blocked in, when not their own."""
         nslots = self.slot_row.size
-        w = self.codes.size // max(1, nslots)
-        flat = np.asarray(self.codes).reshape(-1, w, block).transpose(0, 2, 1).reshape(nslots, w)
+        blocked = np.asarray(self.codes) if unit is None else np.asarray(self.codes).view(unit)
+        w = blocked.size // max(1, nslots)
+        flat = blocked.reshape(-1, w, block).transpose(0, 2, 1).reshape(nslots, w)
         valid = np.flatnonzero(np.asarray(self.slot_row) >= 0)
         rows = np.asarray(self.slot_row)[valid]
         codes = np.empty((n, w), dtype=flat.dtype)
@@ -199,6 +204,8 @@ class IVFIndex:
         if bits not in SUPPORTED_BITS or isinstance(bits, bool):
             raise ValueError(f"bits must be one of {SUPPORTED_BITS}, got {bits!r}")
         self._bits = int(bits)
+        # 4-bit codes scanned as nibbles (a byte multiply-add); open() sets it from the file's format
+        self._nibbles = scorer == "rabitq" and self._bits == 4
         self.query_bits = _check_qbits(default_query_bits(self._bits) if query_bits is None else query_bits)
         cd = default_code_dim(self._dim, self._bits) if code_dim is None else _positive_int(code_dim, "code_dim")
         if cd % 64 or cd < self._dim or cd > 4096:
@@ -445,14 +452,21 @@ class IVFIndex:
         if self._layout is None or len(self) == 0:
             assign, codes, fac, vecs, inv = assign_new, codes_new, fac_new, rows, inv_new
         else:
-            assign_old, codes_old, fac_old = self._layout.row_major(len(self), block)
+            assign_old, codes_old, fac_old = self._layout.row_major(len(self), block,
+                                                                    np.uint32 if self._nibbles else None)
+            if self._nibbles:  # nibble words -> the planes encode() gives
+                codes_old = _core.quant_nibble_rows(codes_old.view(np.uint8), to_nibbles=False)
             assign = np.concatenate([assign_old, assign_new])
             codes = np.concatenate([codes_old, codes_new])
             fac = None if fac_new is None else np.concatenate([fac_old, fac_new])
             vecs = np.concatenate([np.asarray(self._vectors), rows])
             inv = None if inv_new is None else np.concatenate([np.asarray(self._inv_norm), inv_new])
         t0 = time.perf_counter()
-        layout = _Layout.build(assign, codes, self.nlist, block, fac)
+        if self._nibbles:  # blocked by 4-byte words (8 dimensions of a row), stored as bytes
+            layout = _Layout.build(assign, _core.quant_nibble_rows(codes).view(np.uint32), self.nlist, block, fac)
+            layout.codes = layout.codes.view(np.uint8)
+        else:
+            layout = _Layout.build(assign, codes, self.nlist, block, fac)
         self._install(layout, vecs, inv, path=None)
         self.build_times["layout_s"] = round(time.perf_counter() - t0, 3)
 
@@ -470,7 +484,7 @@ class IVFIndex:
             basis, proj = self._list_ranking()
             core = _core.IVFQuant(self._centroids, m["centres"], m["centres_rot"], m["rotation"], layout.list_block,
                                   layout.list_size, layout.slot_row, layout.codes, layout.factors, vectors,
-                                  inv_norm, self._metric, self._bits, basis, proj)
+                                  inv_norm, self._metric, self._bits, basis, proj, self._nibbles)
         else:
             core = _core.IVF(self._centroids, layout.list_block, layout.list_size, layout.slot_row, layout.codes,
                              vectors, inv_norm, self._metric, self._scorer)
@@ -539,9 +553,10 @@ class IVFIndex:
     def save(self, path, include_vectors: bool = True) -> None:
         """Writes the index to one file (temp + fsync + rename).
 
-        rabitq indexes are written as format version 3 (fht rotation) or 2
-        (dense rotation, readable by earlier releases), sign-bit ones as
-        version 1. include_vectors=False leaves
+        rabitq indexes are written as format version 4 (4-bit codes in the
+        nibble layout, either rotation), 3 (fht rotation) or 2 (dense rotation,
+        readable by earlier releases), sign-bit ones as version 1.
+        include_vectors=False leaves
         the float32 rows out (a collection keeps them in its own row file):
         open() must then be given ``vectors=``.
         """
@@ -560,6 +575,8 @@ class IVFIndex:
                 sections["vectors"] = self._vectors
         if self._scorer != "rabitq":
             version = 1
+        elif self._nibbles:
+            version = partitioned_io.NIBBLE_VERSION
         else:
             version = partitioned_io.VERSION if self._rotation == "fht" else partitioned_io.DENSE_VERSION
         partitioned_io.write(path, self._meta(include_vectors), sections, version=version)
@@ -568,7 +585,8 @@ class IVFIndex:
     def open(cls, path, vectors=None, verify: str = "index") -> "IVFIndex":
         """Maps a saved index read-only (shared page cache, nothing copied).
 
-        Reads formats 3 and 2 (rabitq codes, fht or dense rotation) and 1
+        Reads formats 4 (4-bit rabitq codes as nibbles), 3 and 2 (rabitq codes,
+        fht or dense rotation) and 1
         (sign-bit codes, earlier releases). ``vectors``: the float32 rows (n, dim) when the file was
         saved without them (an array or memmap, kept by reference). A damaged
         file raises vecsift.CorruptIndexError.
@@ -583,16 +601,20 @@ class IVFIndex:
         try:
             kw = {}
             if scorer == "rabitq":
-                # format 2 has no rotation field: always the dense matrix
+                # format 2 has no rotation field: always the dense matrix; 4 names either
                 rotation = meta["rotation"] if version >= 3 else "dense"
-                if (version >= 3) != (rotation == "fht"):
+                if version < 4 and (version == 3) != (rotation == "fht"):
                     raise ValueError(f"format version {version} does not hold a {rotation!r} rotation")
+                if version == partitioned_io.NIBBLE_VERSION and meta["bits"] != 4:
+                    raise ValueError(f"format version {version} holds 4-bit codes, not {meta['bits']}-bit")
                 kw = dict(bits=meta["bits"], query_bits=meta["query_bits"], code_dim=meta["code_dim"],
                           centre=meta["centre"], rescore=meta["rescore"], confidence=meta["confidence"],
                           rotation=rotation)
             index = cls(meta["dim"], meta["nlist"], meta["metric"], nprobe=meta["nprobe"],
                         oversample=meta["oversample"], refine=meta.get("refine", 1), scorer=scorer,
                         seed=meta["seed"], **kw)
+            if scorer == "rabitq":  # 4-bit codes before format 4 stay in the plane layout
+                index._nibbles = version == partitioned_io.NIBBLE_VERSION
             n, nlist = int(meta["n"]), int(meta["nlist"])
             if not isinstance(meta["has_vectors"], bool) or n < 0:
                 raise ValueError("has_vectors must be true or false and n a count")
@@ -682,6 +704,8 @@ def describe(path) -> dict:
             out[key] = meta[key]
     if out.get("scorer") == "rabitq" and version == partitioned_io.DENSE_VERSION:
         out["rotation"] = "dense"  # format 2 files have no rotation field
+    if out.get("scorer") == "rabitq":
+        out["code_layout"] = "nibbles" if version == partitioned_io.NIBBLE_VERSION else "planes"
     out["file_bytes"] = nbytes
     out["file_bytes_per_vector"] = round(nbytes / n, 1) if n else None
     out["balance"] = kmeans.balance(sizes)

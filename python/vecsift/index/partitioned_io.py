@@ -25,7 +25,8 @@ from vecsift.errors import CorruptIndexError
 MAGIC = b"VSIFTIVF"
 VERSION = 3      # written for RaBitQ-code indexes with the structured (fht) rotation
 DENSE_VERSION = 2  # RaBitQ codes with the dense rotation matrix (earlier releases read it)
-READABLE = (1, 2, 3)  # 1: sign-bit codes (earlier releases; still written for scorer="sign")
+NIBBLE_VERSION = 4  # 4-bit RaBitQ codes in the nibble layout (either rotation); earlier releases refuse it
+READABLE = (1, 2, 3, 4)  # 1: sign-bit codes (earlier releases; still written for scorer="sign")
 _PRE = struct.Struct("<8sIIII")
 _ALIGN = 4096
 _CRC_STEP = 64 << 20

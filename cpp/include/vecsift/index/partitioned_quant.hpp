@@ -44,6 +44,8 @@
 #include "vecsift/kernels/half.hpp"
 #include "vecsift/kernels/parallel.hpp"
 #include "vecsift/kernels/quant_codes.hpp"
+#include "vecsift/kernels/quant_layout.hpp"
+#include "vecsift/kernels/quant_nibble_scan.hpp"
 #include "vecsift/kernels/quant_rotation.hpp"
 #include "vecsift/kernels/quant_scan.hpp"
 #include "vecsift/kernels/select.hpp"
@@ -56,6 +58,7 @@ enum class IVFRescore { Bound = 0, Fixed = 1, None = 2 };
 struct IVFQView {
   size_t dim = 0, D = 0, J = 0, nlist = 0, nrows = 0, ncentres = 0;
   int bits = 2;
+  QuantLayout layout = QuantLayout::Planes;  // of the blocks in `codes` (quant_layout.hpp); Nibbles: 4 bits
   const float* centroids = nullptr;
   const float* centres = nullptr;
   const float* centres_rot = nullptr;
@@ -119,8 +122,9 @@ inline void ivf_query_luts(const uint8_t* qu, size_t D, int Bq, std::vector<uint
       }
 }
 
-// quantize_query of quant_codes.hpp with the tables above (same values).
-inline void ivf_quantize_query(const float* qr, size_t D, int Bq, QuantQuery& q) {
+// quantize_query of quant_codes.hpp with the tables above (same values); for
+// codes in the nibble layout the query words instead of the tables.
+inline void ivf_quantize_query(const float* qr, size_t D, int Bq, QuantQuery& q, QuantLayout layout) {
   float lo = qr[0], hi = qr[0];
   double nn = 0;
   for (size_t i = 0; i < D; ++i) {
@@ -143,7 +147,10 @@ inline void ivf_quantize_query(const float* qr, size_t D, int Bq, QuantQuery& q)
     sq += v;
   }
   q.sum_qu = static_cast<float>(sq);
-  ivf_query_luts(q.qu.data(), D, Bq, q.luts);
+  if (layout == QuantLayout::Nibbles)
+    build_query_words(q.qu.data(), D, q.words);
+  else
+    ivf_query_luts(q.qu.data(), D, Bq, q.luts);
 }
 
 // Codes and factors of rows assigned to code centres (row-major planes
@@ -331,7 +338,7 @@ class IVFQuantSearcher {
   void prepare_centre(size_t c, const float* q, Scratch& sc, const IVFQParams& p, QuantEstimator& e) const {
     const float* pc = v_.centres_rot + c * v_.D;
     for (size_t j = 0; j < v_.D; ++j) sc.qr[j] = sc.rq[j] - pc[j];
-    ivf_quantize_query(sc.qr.data(), v_.D, p.qbits, sc.query);
+    ivf_quantize_query(sc.qr.data(), v_.D, p.qbits, sc.query, v_.layout);
     const float* cu = v_.centres + c * v_.dim;
     float mq, cq;
     if (v_.metric == Metric::L2) {
@@ -386,7 +393,8 @@ class IVFQuantSearcher {
     // The AVX-512 scan's tables, once per query (or per list when the query is per list), not per list call.
     auto prepare = [&](size_t c) {
       prepare_centre(c, q, sc, p, e);
-      quant_wide_tables(level_, sc.query.luts.data(), v_.J, sc.query.passes(), sc.query.wide);
+      if (v_.layout == QuantLayout::Planes)
+        quant_wide_tables(level_, sc.query.luts.data(), v_.J, sc.query.passes(), sc.query.wide);
     };
     if (!per_list) prepare(0);
 
@@ -415,8 +423,11 @@ class IVFQuantSearcher {
                                allow ? sc.lanes.data() + b0 : nullptr};
       const size_t slot0 = b0 * kQuantBlockRows;
       Sink sink{top, QuantScoreArgs{fa + slot0, fsu + slot0, fadd + slot0, e}, slot0};
-      quant_sums(level_, blocks, sc.query.luts.data(), sc.query.passes(), 0, b1 - b0, sink,
-                 sc.query.wide.empty() ? nullptr : sc.query.wide.data());
+      if (v_.layout == QuantLayout::Nibbles)
+        quant_nibble_sums(level_, blocks, sc.query.words.data(), p.qbits, 0, b1 - b0, sink);
+      else
+        quant_sums(level_, blocks, sc.query.luts.data(), sc.query.passes(), 0, b1 - b0, sink,
+                   sc.query.wide.empty() ? nullptr : sc.query.wide.data());
     }
     auto cand = top.best();
     finish(q, cand, sc.lq, per_list, p, ids, scores, st);
@@ -543,7 +554,10 @@ class IVFQuantSearcher {
         for (size_t j = off[l]; j < off[l + 1]; ++j) {
           const size_t q = who[j];
           Sink sink{tops[t * nq + q], QuantScoreArgs{fa + slot0, fsu + slot0, fadd + slot0, est[q]}, slot0};
-          quant_sums(level_, blocks, qq[q].luts.data(), qq[q].passes(), 0, b1 - b0, sink);
+          if (v_.layout == QuantLayout::Nibbles)
+            quant_nibble_sums(level_, blocks, qq[q].words.data(), p.qbits, 0, b1 - b0, sink);
+          else
+            quant_sums(level_, blocks, qq[q].luts.data(), qq[q].passes(), 0, b1 - b0, sink);
         }
       }
     });
