@@ -1,9 +1,10 @@
 // Where a row's code lives inside a block of 32 rows.
 //
-// Everything outside a QuantizedIndex (encode, add_codes, saved files, the
-// collection's rows) speaks row-major planes: bits x D/8 bytes, bit t of byte
-// j of plane p = bit p of u[8j + t] (pack_planes, quant_codes.hpp). Inside a
-// block a row is stored in one of two layouts:
+// Rows travel as row-major planes (encode, add_codes, QuantizedIndex files,
+// the collection's rows): bits x D/8 bytes, bit t of byte j of plane p = bit
+// p of u[8j + t] (pack_planes, quant_codes.hpp). Inside a block a row is
+// stored in one of two layouts (IVF files of format 4 hold nibble blocks as
+// they are, since they are mapped):
 //
 //   Planes  (1, 2 and 8 bits): byte i of the row's planes at blk[i*32 + lane],
 //           scanned with nibble lookup tables (quant_scan.hpp).
@@ -85,6 +86,7 @@ inline void quant_get_row(const uint8_t* blk, size_t lane, int bits, size_t J, Q
 inline void quant_relayout(const uint8_t* src, QuantLayout from, uint8_t* dst, QuantLayout to, size_t nblocks,
                            int bits, size_t J) {
   const size_t cb = static_cast<size_t>(bits) * J, stride = cb * kQuantBlockRows;
+  if (!nblocks) return;
   if (from == to) {
     std::memcpy(dst, src, nblocks * stride);
     return;
