@@ -7,7 +7,8 @@ quantisation issue (``bits`` 1/2/4/8 bit planes of the rotated residual to the
 list's centroid, ``centre="list"``, or to one global mean, ``centre="global"``)
 in 32-row blocks, scanned by the same kernels as ``QuantizedIndex``, one call
 per probed list (4-bit codes as nibbles, the others as bit planes:
-kernels/quant_layout.hpp; 4-bit files written before format 4 keep planes). A query keeps the best ``k * oversample`` estimates and, with
+kernels/quant_layout.hpp; 4-bit files written before format 4 keep planes).
+A query keeps the best ``k * oversample`` estimates and, with
 ``rescore="bound"`` (the collection's bq policy), rescores only those whose
 upper bound reaches the k-th best lower bound (``confidence`` standard
 deviations); ``rescore="fixed"`` rescores all of them, ``"none"`` returns the
