@@ -47,7 +47,7 @@ from vecsift.index import kmeans
 from vecsift.index import partitioned_io
 from vecsift.index.list_ranking import rank_basis
 from vecsift.index.flat import check_metric
-from vecsift.index.quantised import SUPPORTED_BITS, default_code_dim, default_query_bits
+from vecsift.index.quantised import SUPPORTED_BITS, compact_code_dim, default_query_bits
 
 SCORERS = ("rabitq", "sign")
 CENTRES = ("list", "global")
@@ -208,7 +208,7 @@ class IVFIndex:
         # 4-bit codes scanned as nibbles (a byte multiply-add); open() sets it from the file's format
         self._nibbles = scorer == "rabitq" and self._bits == 4
         self.query_bits = _check_qbits(default_query_bits(self._bits) if query_bits is None else query_bits)
-        cd = default_code_dim(self._dim, self._bits) if code_dim is None else _positive_int(code_dim, "code_dim")
+        cd = compact_code_dim(self._dim, self._bits) if code_dim is None else _positive_int(code_dim, "code_dim")
         if cd % 64 or cd < self._dim or cd > 4096:
             raise ValueError(f"code_dim must be a multiple of 64 in [dim, 4096], got {cd}")
         self._code_dim = cd

@@ -33,14 +33,25 @@ _CRC = struct.Struct("<I")
 
 
 def default_code_dim(dim: int, bits: int) -> int:
-    """The rotated dimension used when none is given.
+    """The rotated dimension of a QuantizedIndex when none is given.
 
-    At 1 and 2 bits an eighth more rotated dimensions (rounded up to 64) buys
-    more recall than it costs in scan time: on 30k MiniLM rows, 1 bit at
-    oversample 4 goes from recall 0.967 (384) to 0.973 (448), 2 bits at
-    oversample 2 from 0.981 to 0.988. At 4 and 8 bits the query is the
-    limit, so the codes stay at the smallest multiple of 64.
+    At 1 and 2 bits a third more rotated dimensions (rounded up to 64): the
+    estimate's error shrinks as 1/sqrt(code_dim), and the margins over issue
+    11's recall bars were too thin with an eighth more (384 -> 448). Measured
+    on the PyPI MiniLM rows (1,000 held-out queries, rotation seeds 0/1/2): 1
+    bit at oversample 4, 30k rows 0.974-0.977 (448) -> 0.982-0.984 (512),
+    100k rows 0.969-0.972 -> 0.976-0.978; 2 bits at oversample 2, 30k
+    0.986-0.987 -> 0.989-0.990, 100k 0.982-0.984 -> 0.987-0.988, for 8/7 of
+    the scan. At 4 and 8 bits the codes stay at the smallest multiple of 64.
     """
+    extra = dim // 3 if bits <= 2 else 0
+    return -(-(dim + extra) // 64) * 64
+
+
+def compact_code_dim(dim: int, bits: int) -> int:
+    """An eighth more rotated dimensions at 1-2 bits: the default of IVFIndex (whose list scans are
+    memory-bound; docs/partitioned.md) and of a collection's bq codes (the width of its code rows
+    file is derived from it, so collections created before must keep it)."""
     extra = dim // 8 if bits <= 2 else 0
     return -(-(dim + extra) // 64) * 64
 

@@ -121,13 +121,19 @@ __attribute__((target("avx2"))) inline void quant_fold_avx2(__m256i lo, __m256i 
 // summed as u16 lanes without unpacking: T += v (even row + 256 * odd row) and
 // O += v >> 8 (odd rows), and the even rows are T - 256 * O at the end (mod
 // 2^16, exact since every row's sum is at most 120 * J <= 61,440).
+// Each step prefetches the line `ahead` bytes on (the same place in the next
+// block). Measured on the Zen 1 AVX2 VM (throwaway C++ A/B, 30k rows, 512
+// dims, one 4-bit query, min of 21): 2 bits 346-392 -> 326-327 us with the
+// codes in L3, 608-739 -> 500-553 us evicted; 1 bit equal in L3, 282-359 ->
+// 192-270 us evicted. (Prefetching a whole block at its start measured slower.)
 template <int P>
 __attribute__((target("avx2"))) inline void quant_plane_avx2(const uint8_t* src, const uint8_t* luts, size_t J,
-                                                             int p, __m256i* acc) {
+                                                             int p, __m256i* acc, size_t ahead) {
   const __m256i nib = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
   __m256i T[P], O[P];
   for (int g = 0; g < P; ++g) T[g] = O[g] = zero;
   for (size_t j = 0; j < J; j += 2) {
+    _mm_prefetch(reinterpret_cast<const char*>(src + ahead + j * 32), _MM_HINT_T0);  // a hint: cannot fault
     const __m256i d0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j * 32));
     const __m256i d1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j * 32 + 32));
     const __m256i n0l = _mm256_and_si256(d0, nib), n0h = _mm256_and_si256(_mm256_srli_epi16(d0, 4), nib);
@@ -164,9 +170,9 @@ __attribute__((target("avx2"))) inline void quant_sums_avx2(const QuantBlocks& s
     for (int p = 0; p < s.bits; ++p) {
       const uint8_t* src = blk + p * J * kQuantBlockRows;
       if (passes == 2)
-        quant_plane_avx2<2>(src, luts, J, p, acc);
+        quant_plane_avx2<2>(src, luts, J, p, acc, s.block_stride());
       else
-        quant_plane_avx2<1>(src, luts, J, p, acc);
+        quant_plane_avx2<1>(src, luts, J, p, acc, s.block_stride());
     }
     for (int r = 0; r < 4; ++r) _mm256_store_si256(reinterpret_cast<__m256i*>(S + 8 * r), acc[r]);
     sink.block(b, mask, S, Level::AVX2);

@@ -25,7 +25,7 @@ import numpy as np
 from vecsift import _core
 from vecsift.allow import allow_arrays
 from vecsift.errors import CorruptIndexError
-from vecsift.index.quantised import SUPPORTED_BITS, QuantizedIndex, default_query_bits
+from vecsift.index.quantised import SUPPORTED_BITS, QuantizedIndex, compact_code_dim, default_query_bits
 from vecsift.storage.checksum import file_checksum, value_of
 from vecsift.storage import fileops
 from vecsift.storage.framing import missing_file
@@ -100,7 +100,8 @@ class QuantBQDense:
 
     @staticmethod
     def _new_index(dim, metric, p) -> QuantizedIndex:
-        return QuantizedIndex(dim, bits=p["bits"], metric=metric, query_bits=p["query_bits"], seed=p["seed"])
+        return QuantizedIndex(dim, bits=p["bits"], metric=metric, query_bits=p["query_bits"], seed=p["seed"],
+                              code_dim=compact_code_dim(dim, p["bits"]))
 
     @classmethod
     def create(cls, directory, gen: int, dim: int, metric: str, params: dict) -> "QuantBQDense":
