@@ -41,18 +41,20 @@ def default_code_dim(dim: int, bits: int) -> int:
     on the PyPI MiniLM rows (1,000 held-out queries, rotation seeds 0/1/2): 1
     bit at oversample 4, 30k rows 0.974-0.977 (448) -> 0.982-0.984 (512),
     100k rows 0.969-0.972 -> 0.976-0.978; 2 bits at oversample 2, 30k
-    0.986-0.987 -> 0.989-0.990, 100k 0.982-0.984 -> 0.987-0.988, for 8/7 of
-    the scan. At 4 and 8 bits the codes stay at the smallest multiple of 64.
+    0.986-0.987 -> 0.988-0.990, 100k 0.982-0.984 -> 0.987-0.988, for 8/7 of
+    the code bytes. At 4 and 8 bits the codes stay at the smallest multiple of 64.
     """
-    extra = dim // 3 if bits <= 2 else 0
-    return -(-(dim + extra) // 64) * 64
+    return _padded_code_dim(dim, dim // 3 if bits <= 2 else 0)
 
 
 def compact_code_dim(dim: int, bits: int) -> int:
     """An eighth more rotated dimensions at 1-2 bits: the default of IVFIndex (whose list scans are
     memory-bound; docs/partitioned.md) and of a collection's bq codes (the width of its code rows
     file is derived from it, so collections created before must keep it)."""
-    extra = dim // 8 if bits <= 2 else 0
+    return _padded_code_dim(dim, dim // 8 if bits <= 2 else 0)
+
+
+def _padded_code_dim(dim: int, extra: int) -> int:
     return -(-(dim + extra) // 64) * 64
 
 
