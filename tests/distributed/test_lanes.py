@@ -48,7 +48,7 @@ def both(ray_cluster, tmp_path_factory):
     root = tmp_path_factory.mktemp("lanes")
     ids, x, texts, _ = corpus(900, DIM, seed=5)
     fast = ShardedCollection.create(root / "lanes", DIM, "cosine", shards=3, timeout=5, compiled=True)
-    classic = ShardedCollection.create(root / "classic", DIM, "cosine", shards=3, timeout=5)  # the default
+    classic = ShardedCollection.create(root / "classic", DIM, "cosine", shards=3, timeout=5, lanes=None)
     for sc in (fast, classic):
         sc.add(ids, x, texts=texts)
         sc.commit()

@@ -45,6 +45,7 @@ import pyarrow as pa
 from vecsift.distributed.gather import (ID, SearchResult, ShardUnavailableError, gather, hit_of, merged_order,
                                        ranked_hits, request)
 from vecsift.distributed.lanes import Lanes
+from vecsift.distributed.sockets import SocketLanes
 from vecsift.distributed.node import merge_payloads
 from vecsift.distributed.manifest import read_cluster, write_cluster
 from vecsift.distributed.routing import Router
@@ -135,8 +136,8 @@ class ShardedCollection:
     @classmethod
     def create(cls, path, dim: int, metric: str = "cosine", *, shards: int = 3, routing: str = "hash",
                replicas: int = 0, tenant_spread=None, timeout: float = 10.0, actor_options=None,
-               nodes: int | None = None, node_threads: int = 1, compiled: bool = False,
-               **collection_args) -> "ShardedCollection":
+               nodes: int | None = None, node_threads: int = 1, lanes: str | None = "socket",
+               compiled: bool = False, **collection_args) -> "ShardedCollection":
         """Creates a sharded collection in directory `path` with `shards` shards, each a
         vecsift.Collection (collection_args: index, model, filter_fields, ... as Collection.create).
 
@@ -144,11 +145,13 @@ class ShardedCollection:
         or on tenant_spread[tenant] shards). replicas: read copies per shard. timeout: default
         search deadline in seconds. nodes: node actors per copy level (default: one per alive Ray
         node, at most one per shard; shards are dealt over them). node_threads: threads a node
-        actor searches its local shards with (1: one after the other). compiled: one-query searches
-        call the node actors on this process's Ray node over Ray Compiled Graph channels (shared
-        memory, ~1.8 ms less a search on a 2-core machine; classic calls whenever a channel is not
-        ready, busy or failing) at the price of one core per channel kept busy polling it even while
-        idle (lanes.py); off by default."""
+        actor searches its local shards with (1: one after the other). lanes: how one-query searches
+        reach the node actors on this process's Ray node: "socket" (the default) over a Unix socket
+        to each (sockets.py: no CPU while idle), "compiled" over Ray Compiled Graph channels
+        (lanes.py: one core per channel kept busy polling it, even while idle), None classic Ray
+        calls only; either lane falls back to the classic call whenever it is not ready, busy or
+        failing, and node actors on other Ray nodes always get classic calls. compiled=True is
+        lanes="compiled"."""
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim <= 0:
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
         shards, replicas = _check_k(shards, "shards"), int(replicas)
@@ -171,22 +174,24 @@ class ShardedCollection:
                     "shards": [{"name": n, "prepared": 0, "ops": 0, "collection_generation": 0, "rows": 0}
                                for n in names]}
         self = cls(path, manifest, timeout, actor_options, create=True, nodes=nodes, node_threads=node_threads,
-                   compiled=compiled)
+                   lanes="compiled" if compiled else lanes)
         write_cluster(path, manifest)
         return self
 
     @classmethod
     def open(cls, path, *, timeout: float = 10.0, actor_options=None, nodes: int | None = None,
-             node_threads: int = 1, compiled: bool = False) -> "ShardedCollection":
+             node_threads: int = 1, lanes: str | None = "socket", compiled: bool = False) -> "ShardedCollection":
         """Opens a sharded collection made by create(); the arguments as create's."""
         path = os.path.abspath(os.fspath(path))
         return cls(path, read_cluster(path), timeout, actor_options, create=False, nodes=nodes,
-                   node_threads=node_threads, compiled=compiled)
+                   node_threads=node_threads, lanes="compiled" if compiled else lanes)
 
     def __init__(self, path, manifest, timeout, actor_options, create, nodes=None, node_threads=1,
-                 compiled=False):
+                 lanes="socket"):
         if not isinstance(manifest, dict):
             raise TypeError("use ShardedCollection.create or ShardedCollection.open")
+        if lanes not in ("socket", "compiled", None):
+            raise ValueError(f'lanes must be "socket", "compiled" or None, got {lanes!r}')
         ray = _ray()
         self._path, self._m = path, manifest
         self._timeout = float(timeout)
@@ -205,7 +210,7 @@ class ShardedCollection:
         self._stats = OrderedDict()
         self._turn = itertools.count()
         self._session = uuid.uuid4().hex
-        self._lanes = Lanes(ray) if compiled else None
+        self._lanes = SocketLanes(ray) if lanes == "socket" else Lanes(ray) if lanes == "compiled" else None
         from vecsift.distributed.node import NodeServer
 
         n_shards, n_levels = len(manifest["shards"]), 1 + int(manifest["replicas"])
@@ -239,6 +244,8 @@ class ShardedCollection:
             raise
         self._copies_changed()
         self._closed = False
+        if isinstance(self._lanes, SocketLanes):
+            self._lanes.prepare([n for level in self._nodes for n in level])
 
     def close(self) -> None:
         """Commits what is pending, stops the node actors and releases the writer lock."""
@@ -270,7 +277,7 @@ class ShardedCollection:
     def _kill_actors(self):
         ray = _ray()
         if getattr(self, "_lanes", None) is not None:
-            self._lanes.close()  # first: a compiled graph is torn down at once while its actor lives
+            self._lanes.close()  # first: a compiled graph is torn down at once, a socket closed, while its actor lives
         for a in [n for level in getattr(self, "_nodes", []) for n in level]:
             try:
                 ray.kill(a, no_restart=True)

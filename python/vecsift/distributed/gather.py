@@ -31,6 +31,7 @@ from itertools import islice
 import numpy as np
 
 from vecsift.collection import Hit
+from vecsift.distributed.sockets import NodeError
 from vecsift.errors import VecsiftError
 
 HIT_FIELDS = tuple(f.name for f in dataclasses.fields(Hit))
@@ -152,7 +153,8 @@ def node_request(shards, req: bytes) -> bytes:
 
 
 def _user_error(exc):
-    """The Collection's own exception inside a RayTaskError (bad input is the caller's, not a shard fault)."""
+    """The Collection's own exception inside a RayTaskError or a socket lane's NodeError (bad input is
+    the caller's, not a shard fault)."""
     cause = getattr(exc, "cause", None)
     if isinstance(cause, (ValueError, TypeError, KeyError, VecsiftError)) and not isinstance(cause, RuntimeError):
         return cause
@@ -182,9 +184,9 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
     """Sends req (from request()) to one copy of every shard, one call per node actor.
 
     copies: shard -> [(node key, node actor handle), preferred first]; shards whose next copies
-    share a node actor go in one call. lanes: a lanes.Lanes; the first calls go over a ready lane
-    where there is one (a compiled-graph channel), the classic way otherwise and for every call
-    after a failure. Returns ([payload], {shard: reason}): one merged payload per answering node
+    share a node actor go in one call. lanes: a sockets.SocketLanes or a lanes.Lanes; the first calls
+    go over a ready lane where there is one (a Unix socket or a compiled-graph channel), the classic
+    way otherwise and for every call after a failure. Returns ([payload], {shard: reason}): one merged payload per answering node
     actor (each covering a disjoint set of shards), and the missing shards."""
     ray, RayTaskError, unavailable = _RAY or _ray_names()
     start = time.monotonic()
@@ -243,7 +245,7 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
             busy[s] -= 1
         try:
             served, unserved, payload = pickle.loads(fetch())
-        except RayTaskError as exc:
+        except (RayTaskError, NodeError) as exc:
             err = _user_error(exc)
             if err is not None:
                 raise err from None
@@ -267,7 +269,7 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
         for lane, ref, asked in lane_calls:
             try:
                 data = lane.fetch(ref, max(0.0, hedge_at - time.monotonic()))
-            except RayTaskError as exc:  # raised by the node's code: the lane stays good
+            except (RayTaskError, NodeError) as exc:  # raised by the node's code: the lane stays good
                 lane.release()
                 got.append((asked, _raiser(exc)))
             except TimeoutError:  # slow: past the hedge time the loop below also asks the next copy

@@ -155,8 +155,9 @@ class _PrimaryProxy:
 
 
 def _one_at_a_time(method):
-    """A node actor runs its classic calls one at a time, and its compiled-graph searches (lanes.py) on
-    a thread of their own: this lock keeps the two from overlapping, as a plain actor would."""
+    """A node actor runs its classic calls one at a time, and its compiled-graph searches (lanes.py) and
+    socket-lane searches (sockets.py) on threads of their own: this lock keeps them from overlapping,
+    as a plain actor would."""
     @functools.wraps(method)
     def run(self, *args):
         with self._serial:
@@ -175,6 +176,8 @@ class NodeServer:
         self.threads = max(1, int(threads))
         self._serial = threading.Lock()
         self._pool = None
+        self._socket = None  # sockets.SocketServer, opened on the first open_socket()
+        self._socket_lock = threading.Lock()
         self.shards = {}
         for s, name in members:
             if self.level == 0:
@@ -193,6 +196,41 @@ class NodeServer:
                 "node_calls": self.node_calls,
                 "gens": {s: srv.gen for s, srv in self.shards.items()},
                 "calls": {s: srv.calls for s, srv in self.shards.items()}}
+
+    # ---- the socket lane (sockets.py): `call` over a Unix socket for a driver on this Ray node
+    def open_socket(self):
+        """(socket path, token, Ray node id): this actor's lane socket, listening from the first ask on
+        (a thread blocked in accept, one per connection blocked in recv: no CPU while idle). Frames are
+        answered by `call`, under the same lock as every other call."""
+        import ray
+
+        from vecsift.distributed import sockets
+
+        with self._socket_lock:
+            if self._socket is None or not self._socket.alive():
+                if self._socket is not None:
+                    self._socket.close()
+                else:
+                    sockets.sweep()  # directories of node actors killed without closing theirs
+                    import atexit
+
+                    atexit.unregister(self.close_socket)
+                    atexit.register(self.close_socket)  # a clean exit removes the directory too
+                self._socket = sockets.SocketServer(self.call)
+            return self._socket.path, self._socket.token, ray.get_runtime_context().get_node_id()
+
+    def close_socket(self) -> None:
+        """Stops the lane socket and removes its directory (the driver's close, before it kills the actor)."""
+        with self._socket_lock:
+            if self._socket is not None:
+                self._socket.close()
+                self._socket = None
+
+    def socket_stats(self) -> dict:
+        """For tests: the lane socket's directory, frames answered and connections refused."""
+        srv = self._socket
+        return {} if srv is None else {"dir": srv.dir, "served": srv.served, "refused": srv.refused,
+                                       "open": srv.alive()}
 
     # ---- searching
     @_one_at_a_time
