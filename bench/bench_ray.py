@@ -17,8 +17,11 @@ run, interleaved per query, medians:
                local Collection's own search served by an actor (a copy of its directory opened read-only
                there, pickled bytes in and out; no sharding code): what any search through one Ray call costs;
                and the 3 shards opened with compiled=True (searches over a Ray Compiled Graph channel,
-               distributed/lanes.py) next to a trivial call over such a channel, then how many cores the
-               session burns while idle with those channels open (they poll) and after closing them
+               distributed/lanes.py) next to a trivial call over such a channel, and with lanes=None
+               (classic Ray calls only; the default, lanes="socket", sends them over a Unix socket,
+               distributed/sockets.py) next to a trivial call over such a socket; then how many cores
+               the session burns while idle with nothing open, with the compiled-graph channels open
+               (they poll) and after closing them (the socket lanes still open)
 
 then the CPU time each kind of call costs, summed over every process of the Ray session (driver,
 raylet, GCS, workers; from /proc through psutil), with the cores the machine gave us meanwhile
@@ -97,6 +100,7 @@ def main():
     from vecsift.distributed import ShardedCollection
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from vecsift.distributed.sockets import SocketLanes, SocketServer
     base, texts, q, qtexts = load(args.rows, args.queries)
     ids = [f"p{i}" for i in range(len(base))]
     print(f"data: {len(base)} x {base.shape[1]} MiniLM rows, {len(q)} queries; ray {ray.__version__}")
@@ -117,6 +121,13 @@ def main():
         def echo(self, req, answer):
             return answer
 
+        def open_socket(self):  # a trivial call over a socket lane, as the node actors serve them
+            self.srv = SocketServer(lambda req: b"")
+            return self.srv.path, self.srv.token, ray.get_runtime_context().get_node_id()
+
+        def close_socket(self):
+            self.srv.close()
+
     @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)
     class Served:  # one Collection searched inside an actor: the floor of any search served by Ray
         def __init__(self, path):
@@ -128,6 +139,14 @@ def main():
     noop = Noop.remote()
     fan = [Noop.remote() for _ in range(3)]
     ray.get([a.noop.remote() for a in [noop] + fan])
+
+    def idle_cores(seconds=2.0):
+        c0, w0 = session_cpu(), time.perf_counter()
+        time.sleep(seconds)
+        return (session_cpu() - c0) / (time.perf_counter() - w0)
+
+    time.sleep(1.0)
+    busy_nothing = idle_cores()  # nothing open yet: Ray's own idle cost
     shards = {}
     for n in (1, 2, 3):
         t = time.perf_counter()
@@ -141,18 +160,34 @@ def main():
     ray.get(served.search.remote(pickle.dumps(q[0], protocol=5)))
     sc3 = shards[3]
     sc3.close()  # copies of its directory, opened with other node layouts (the CLUSTER names no placement)
-    for name in ("threads", "pershard", "compiled"):
+    for name in ("threads", "pershard", "compiled", "classic"):
         shutil.copytree(os.path.join(tmp, "sc3"), os.path.join(tmp, f"sc3-{name}"))
     sc3 = shards[3] = ShardedCollection.open(os.path.join(tmp, "sc3"))
     sc3t = ShardedCollection.open(os.path.join(tmp, "sc3-threads"), node_threads=3)
     sc3a = ShardedCollection.open(os.path.join(tmp, "sc3-pershard"), nodes=3)
     sc3c = ShardedCollection.open(os.path.join(tmp, "sc3-compiled"), compiled=True)
-    t0 = time.monotonic()  # lanes compile in the background once a search asks: wait for them
-    while not sc3c._lanes.states() or not all(st == "ready" for st, _ in sc3c._lanes.states().values()):
-        sc3c.search(q[0], k=10)
+    sc3n = ShardedCollection.open(os.path.join(tmp, "sc3-classic"), lanes=None)
+    sock_lanes = SocketLanes(ray)  # the trivial socket call's lane
+    sock_noop = Noop.remote()
+    ray.get(sock_noop.noop.remote())
+    t0 = time.monotonic()  # lanes open (compile) in the background once a search asks: wait for them
+    for sc in (sc3c, sc3, sc3t, sc3a):
+        while not sc._lanes.states() or not all(st == "ready" for st, _ in sc._lanes.states().values()):
+            sc.search(q[0], k=10)
+            time.sleep(0.05)
+            if time.monotonic() - t0 > 60:
+                raise SystemExit(f"lanes not ready after 60 s: {sc._lanes.states()}")
+    while sock_lanes.states().get(sock_noop._actor_id.hex(), ("",))[0] != "ready":
+        sock_lanes.prepare([sock_noop])
         time.sleep(0.05)
-        if time.monotonic() - t0 > 60:
-            raise SystemExit(f"lanes not ready after 60 s: {sc3c._lanes.states()}")
+
+    def trivial_socket_call():
+        conn = sock_lanes.take(sock_noop)
+        conn.execute(b"")
+        try:
+            return conn.fetch(None, 5.0)
+        finally:
+            conn.release()
     from ray.dag import InputNode
 
     noop_cg = Noop.remote()  # a trivial call over a compiled-graph channel, as the lanes make
@@ -171,12 +206,14 @@ def main():
     calls = {
         "local Collection": lambda v: local.search(v, k=10),
         "3-shard search": lambda v: sc3.search(v, k=10),
+        "3-shard, lanes=None (classic)": lambda v: sc3n.search(v, k=10),
         "3-shard, compiled=True": lambda v: sc3c.search(v, k=10),
         "3-shard, node_threads=3": lambda v: sc3t.search(v, k=10),
         "3-shard, nodes=3 (actor/shard)": lambda v: sc3a.search(v, k=10),
         "local Collection in an actor": lambda v: pickle.loads(ray.get(served.search.remote(pickle.dumps(v, protocol=5)))),
         "trivial actor call": lambda v: ray.get(noop.noop.remote()),
         "trivial compiled-graph call": lambda v: ray.get(trivial_cg.execute(None)),
+        "trivial socket-lane call": lambda v: trivial_socket_call(),
         "1 call, search's bytes": lambda v: ray.get(noop.echo.remote(req, answer)),
         "trivial 3-actor fan-out": lambda v: ray.get([a.noop.remote() for a in fan]),
     }
@@ -206,9 +243,9 @@ def main():
         print(f"  {name:32s} p50 {pct(t, 50):6.3f} ms  p99 {pct(t, 99):6.3f} ms  ({pct(t, 50) / rt:.2f} x round trip)")
     n_calls = len(times["local Collection"])
     print(f"  overhead p50 {over:.3f} ms = {over / rt:.2f} x the round trip (bar <= 1.5): 3 shards in one node "
-          f"actor, searched one after the other")
-    for name in ("3-shard, compiled=True", "3-shard, node_threads=3", "3-shard, nodes=3 (actor/shard)",
-                 "local Collection in an actor"):
+          f"actor, searched one after the other, over its socket lane (the default)")
+    for name in ("3-shard, lanes=None (classic)", "3-shard, compiled=True", "3-shard, node_threads=3",
+                 "3-shard, nodes=3 (actor/shard)", "local Collection in an actor"):
         o = p50[name] - p50["local Collection"]
         print(f"  {name}: overhead p50 {o:.3f} ms = {o / rt:.2f} x the round trip")
     rt_cg = p50["trivial compiled-graph call"]
@@ -216,10 +253,9 @@ def main():
     print(f"  3-shard, compiled=True: the same overhead is {o / rt_cg:.2f} x a trivial compiled-graph call "
           f"({rt_cg:.3f} ms: the transport it used); its lanes (state, calls): {sc3c._lanes.states()}")
 
-    def idle_cores(seconds=2.0):
-        c0, w0 = session_cpu(), time.perf_counter()
-        time.sleep(seconds)
-        return (session_cpu() - c0) / (time.perf_counter() - w0)
+    rt_sock = p50["trivial socket-lane call"]
+    print(f"  3-shard search (socket lane): the same overhead is {over / rt_sock:.2f} x a trivial socket-lane call "
+          f"({rt_sock:.3f} ms); its lanes (state, calls): {sc3._lanes.states()}")
 
     busy_open = idle_cores(1.0)  # (the lane goes after lanes.IDLE_S = 2 s unused)
     time.sleep(2.5)
@@ -230,9 +266,20 @@ def main():
     for name in ("3-shard, compiled=True", "trivial compiled-graph call"):
         calls.pop(name)
     time.sleep(0.5)
-    print(f"  idle (no call), cores busy in the session's processes: {busy_open:.2f} in the first second with two "
-          f"compiled graphs open (the compiled=True collection's lane and the trivial call's); {busy_reaped:.2f} "
-          f"3.5 s later (the lane torn down after 2 s unused: {lane_state}); {idle_cores():.2f} with neither")
+    node_pid = ray.get(sc3.primary(0).ping.remote())["pid"]
+    import psutil
+
+    node_proc = psutil.Process(node_pid)
+    n0, c0, w0 = sum(node_proc.cpu_times()[:2]), session_cpu(), time.perf_counter()
+    time.sleep(2.0)
+    n1, c1, w1 = sum(node_proc.cpu_times()[:2]), session_cpu(), time.perf_counter()
+    busy_sockets, busy_node = (c1 - c0) / (w1 - w0), (n1 - n0) / (w1 - w0)
+    n_sock = sum(len(sc._lanes.states()) for sc in (sc3, sc3t, sc3a)) + 1
+    print(f"  idle (no call), cores busy in the session's processes: {busy_nothing:.2f} before any collection or "
+          f"lane was open; {busy_open:.2f} in the first second with two compiled graphs open (the compiled=True "
+          f"collection's lane and the trivial call's) and the socket lanes; {busy_reaped:.2f} 3.5 s later (the "
+          f"compiled lane torn down after 2 s unused: {lane_state}); {busy_sockets:.2f} with both graphs gone and "
+          f"{n_sock} socket lanes open (the node actor of the default 3-shard collection alone: {busy_node:.3f})")
     print("  same top-10 as local: " + ", ".join(f"{name} {v}/{n_calls}" for name, v in ok.items()))
     carried = p50["1 call, search's bytes"]
     print(f"  one call carrying the search's bytes is {carried / rt:.2f} x the round trip; the 3-shard search is "
@@ -300,10 +347,10 @@ def main():
     print("throughput (dense k=10): 4 client threads one query a call | one 200-query search_batch | "
           f"the CPU bound: {os.cpu_count()} cores / CPU per search")
     cpu_of = {"local": "local Collection", "1 shard(s)": "1-shard search", "2 shard(s)": "2-shard search",
-              "3 shard(s)": "3-shard search"}
+              "3 shard(s)": "3-shard search", "3 shards, lanes=None": "3-shard, lanes=None (classic)"}
     cpu_of["3 shards, nodes=3"] = "3-shard, nodes=3 (actor/shard)"
     for name, target in ([("local", local)] + [(f"{n} shard(s)", shards[n]) for n in (1, 2, 3)]
-                         + [("3 shards, nodes=3", sc3a)]):
+                         + [("3 shards, lanes=None", sc3n), ("3 shards, nodes=3", sc3a)]):
         qps = clients(lambda v, c=target: c.search(v, k=10), args.seconds)
         t0 = time.perf_counter()
         target.search_batch(q, k=10)
@@ -313,8 +360,9 @@ def main():
         qps = clients(lambda v, a=fan[:n]: ray.get([x.noop.remote() for x in a]), args.seconds)
         print(f"  trivial fan-out to {n} actor(s) {qps:8.0f} calls/s (the ceiling for {n} shard(s))")
     print(f"{loadavg()}")
-    for sc in (shards[1], shards[2], sc3t, sc3a):
+    for sc in (shards[1], shards[2], sc3t, sc3a, sc3n):
         sc.close()
+    sock_lanes.close()
 
     # ---- shard kills during commits
     rng = np.random.default_rng(0)
