@@ -120,15 +120,29 @@ def _try(fn, errors):
         errors.append(exc)
 
 
+def _running(pid) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _kill_for_good(actor, limit=30.0):
-    """ray.kill is asynchronous: a call sent right after it can still be served. Returns once the
-    actor refuses calls, so what the test asserts next is about a dead actor, not a race."""
+    """ray.kill is asynchronous: a call sent right after it can still be served, and the process can
+    live on (answering on its socket lane) for a moment after Ray reports the actor dead. Returns
+    once the actor refuses calls and its process is gone, so what the test asserts next is about a
+    dead actor, not a race."""
+    pid = ray.get(actor.ping.remote(), timeout=30)["pid"]
     ray.kill(actor, no_restart=True)
     end = time.monotonic() + limit
     while time.monotonic() < end:
         try:
             ray.get(actor.ping.remote(), timeout=5)
         except ray.exceptions.RayActorError:  # died (a timeout only means a busy machine: ask again)
+            while _running(pid):
+                assert time.monotonic() < end, f"process {pid} still runs {limit} s after ray.kill"
+                time.sleep(0.02)
             return
         except ray.exceptions.GetTimeoutError:
             continue

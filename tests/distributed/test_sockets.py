@@ -319,3 +319,25 @@ def test_gather_over_socket_lanes_hedges_and_reopens(ray_cluster):
         lanes.close()
         for h in (a, b):
             ray.kill(h)
+
+
+def test_a_classic_call_that_finds_the_actor_gone_drops_its_lane(ray_cluster):
+    """A killed actor's process can answer on its socket for a moment after Ray reports the actor
+    dead (seen in CI: a search right after ray.kill served complete by the dying process). So when
+    a classic call says the actor is gone, its lane goes with it."""
+    a = _Node.options(scheduling_strategy=_here()).remote("a")
+    lanes = SocketLanes(ray, max_conns=1)
+    try:
+        _wait(lanes, a)
+        held = lanes.take(a)  # the one connection busy: gather calls `a` the classic way
+        assert held is not None and lanes.take(a) is None
+        ray.kill(a, no_restart=True)
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(a.open_socket.remote(), timeout=30)
+        got, missing = gather({0: [("a", a)]}, b"req", 0, 5.0, lanes=lanes)
+        assert got == [] and "Actor" in missing[0]
+        assert lanes.states()[a._actor_id.hex()][0] == "idle"  # dropped (opened again only if it comes back)
+        held.release()  # a connection of the dropped lane is closed, not handed out again
+        assert lanes.lane(a).free == [] and held.sock.fileno() == -1
+    finally:
+        lanes.close()

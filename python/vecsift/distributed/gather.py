@@ -189,6 +189,7 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
     way otherwise and for every call after a failure. Returns ([payload], {shard: reason}): one merged payload per answering node
     actor (each covering a disjoint set of shards), and the missing shards."""
     ray, RayTaskError, unavailable = _RAY or _ray_names()
+    actor_gone = unavailable[0]
     start = time.monotonic()
     deadline = start + timeout
     hedge_at = start + (hedge if hedge is not None else max(0.05, timeout / 4))
@@ -200,6 +201,8 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
     reasons = {}
 
     lane_calls = []  # (lane, compiled-graph ref, shards asked for)
+    all_lanes = lanes
+    handles = {}  # classic call's ref -> the node actor asked
 
     def submit(shards, lanes=None):
         calls = {}
@@ -221,7 +224,9 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
                     lane.broke()
                     lane = None
             if lane is None:
-                inflight[handle.call.remote(msg)] = ss
+                ref = handle.call.remote(msg)
+                inflight[ref] = ss
+                handles[ref] = handle
             for s in ss:
                 busy[s] += 1
 
@@ -238,7 +243,7 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
         for s in served:
             covered[s] = len(pieces) - 1
 
-    def settle(asked, fetch) -> None:
+    def settle(asked, fetch, handle=None) -> None:
         """Records a node's answer to a call for `asked` (fetch() gives its bytes or raises), then asks
         the next copy of each shard the answer did not cover."""
         for s in asked:
@@ -253,6 +258,10 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
                                              for s in asked}, None
         except unavailable as exc:
             served, unserved, payload = (), {s: type(exc).__name__ for s in asked}, None
+            if all_lanes is not None and handle is not None and isinstance(exc, actor_gone):
+                # Ray says the actor is gone, but its process can live on for a moment after ray.kill
+                # and still answer on its lane: the lane goes too, so no later search is served by it
+                all_lanes.drop(handle)
         if payload is not None:
             accept(served, payload)
         for s, why in unserved.items():
@@ -307,7 +316,7 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
         until = deadline if hedge_at is None else min(deadline, hedge_at)
         ready, _ = ray.wait(list(inflight), num_returns=1, timeout=max(0.0, until - now))  # the first in
         for ref in ready:
-            settle(inflight.pop(ref), lambda r=ref: ray.get(r))
+            settle(inflight.pop(ref), lambda r=ref: ray.get(r), handles.pop(ref))
         if time.monotonic() >= deadline:
             break  # (what was ready by then is in)
         if hedge_at is not None and time.monotonic() >= hedge_at:

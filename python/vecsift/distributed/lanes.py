@@ -186,6 +186,16 @@ class Lanes:
                 except Exception:  # noqa: BLE001 - a teardown that failed: the lane is idle again anyway
                     pass
 
+    def drop(self, handle) -> None:
+        """A classic call found `handle`'s actor gone: its graph is torn down (unless a search holds it:
+        that search finds out itself)."""
+        lane = self._lanes.get(handle._actor_id)
+        if lane is not None and lane.state == "ready" and lane.lock.acquire(blocking=False):
+            if lane.state == "ready":
+                lane.broke()
+            else:
+                lane.lock.release()
+
     def states(self) -> dict:
         """{actor id hex: (state, calls sent over it)}: for tests and benchmarks."""
         return {k.hex(): (lane.state, lane.calls) for k, lane in list(self._lanes.items())}

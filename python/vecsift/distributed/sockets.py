@@ -463,6 +463,13 @@ class SocketLanes:
         """{actor id hex: (state, searches sent over it)}: for tests and benchmarks."""
         return {k.hex(): (lane.state, lane.calls) for k, lane in list(self._lanes.items())}
 
+    def drop(self, handle) -> None:
+        """A classic call found `handle`'s actor gone: its connections go (a killed actor's process can
+        still answer for a moment), and the lane opens again after the back-off if the actor comes back."""
+        lane = self._lanes.get(handle._actor_id)
+        if lane is not None:
+            lane._broken(lane.epoch)
+
     def lane(self, handle) -> SocketLane | None:
         return self._lanes.get(handle._actor_id)
 
