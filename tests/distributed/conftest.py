@@ -57,3 +57,22 @@ def corpus(n, dim, seed=0, tenants=None):
 def text_queries(n, seed=1):
     rng = np.random.default_rng(seed)
     return [" ".join(rng.choice(WORDS[:200], size=int(rng.integers(1, 5)))) for _ in range(n)]
+
+
+def wait_refused(call, limit=30.0):
+    """Waits until call() (a ray.get of one actor call) raises RayActorError. ray.kill is asynchronous:
+    a call sent right after it can still be served; a timeout only means a busy machine."""
+    import time
+
+    import ray
+
+    end = time.monotonic() + limit
+    while True:
+        try:
+            call()
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            pass
+        assert time.monotonic() < end, f"actor still answers {limit} s after ray.kill"
+        time.sleep(0.05)

@@ -11,7 +11,7 @@ import ray
 from vecsift.distributed import ShardedCollection, ShardUnavailableError
 from vecsift.distributed.routing import id_hash
 
-from .conftest import corpus
+from .conftest import corpus, wait_refused
 
 DIM = 16
 
@@ -136,18 +136,10 @@ def _kill_for_good(actor, limit=30.0):
     pid = ray.get(actor.ping.remote(), timeout=30)["pid"]
     ray.kill(actor, no_restart=True)
     end = time.monotonic() + limit
-    while time.monotonic() < end:
-        try:
-            ray.get(actor.ping.remote(), timeout=5)
-        except ray.exceptions.RayActorError:  # died (a timeout only means a busy machine: ask again)
-            while _running(pid):
-                assert time.monotonic() < end, f"process {pid} still runs {limit} s after ray.kill"
-                time.sleep(0.02)
-            return
-        except ray.exceptions.GetTimeoutError:
-            continue
-        time.sleep(0.05)
-    raise AssertionError(f"actor still answers {limit} s after ray.kill")
+    wait_refused(lambda: ray.get(actor.ping.remote(), timeout=5), limit)
+    while _running(pid):
+        assert time.monotonic() < end, f"process {pid} still runs {limit} s after ray.kill"
+        time.sleep(0.02)
 
 
 def test_replica_set_serves_while_the_node_is_down(ray_cluster, tmp_path):

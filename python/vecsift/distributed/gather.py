@@ -201,10 +201,9 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
     reasons = {}
 
     lane_calls = []  # (lane, compiled-graph ref, shards asked for)
-    all_lanes = lanes
     handles = {}  # classic call's ref -> the node actor asked
 
-    def submit(shards, lanes=None):
+    def submit(shards, via=None):
         calls = {}
         for s in sorted(shards):
             if nxt[s] >= len(copies[s]):
@@ -216,7 +215,7 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
             calls.setdefault(key, (handle, []))[1].append(s)
         for handle, ss in calls.values():
             msg = node_request(ss, req)
-            lane = None if lanes is None else lanes.take(handle)
+            lane = None if via is None else via.take(handle)
             if lane is not None:
                 try:
                     lane_calls.append((lane, lane.execute(msg), ss))
@@ -258,10 +257,10 @@ def gather(copies: dict, req: bytes, gen: int, timeout: float, hedge: float | No
                                              for s in asked}, None
         except unavailable as exc:
             served, unserved, payload = (), {s: type(exc).__name__ for s in asked}, None
-            if all_lanes is not None and handle is not None and isinstance(exc, actor_gone):
+            if lanes is not None and handle is not None and isinstance(exc, actor_gone):
                 # Ray says the actor is gone, but its process can live on for a moment after ray.kill
                 # and still answer on its lane: the lane goes too, so no later search is served by it
-                all_lanes.drop(handle)
+                lanes.drop(handle)
         if payload is not None:
             accept(served, payload)
         for s, why in unserved.items():
