@@ -68,36 +68,50 @@ void add_py(QuantizedIndex& ix, const F32Array& x, long threads, int level) {
   ix.add(p, m, nt, lv);
 }
 
-py::tuple encode_py(const QuantizedIndex& ix, const F32Array& x, long threads, int level) {
+// (planes, factors), and with top=True (2 bits only) the (m, 4) top-plane factors as a third.
+py::tuple encode_py(const QuantizedIndex& ix, const F32Array& x, long threads, int level, bool top) {
   check_vectors(x, ix.dim(), "vectors");
   require(ix.trained(), "encode needs a trained index (train or add first)");
+  require(!top || ix.bits() == 2, "top factors exist for 2-bit codes only");
   const size_t m = x.shape(0);
   U8Array planes({m, ix.code_bytes()});
   F32Array factors({m, size_t{5}});
+  F32Array tops({top ? m : 0, size_t{4}});
   const float* p = x.data();
   uint8_t* pp = planes.mutable_data();
   float* pf = factors.mutable_data();
+  float* pt = top ? tops.mutable_data() : nullptr;
   size_t nt = resolve_threads(threads);
   Level lv = level_arg(level);
   {
     py::gil_scoped_release nogil;
-    ix.encode(p, m, pp, pf, nt, lv);
+    ix.encode(p, m, pp, pf, nt, lv, pt);
   }
+  if (top) return py::make_tuple(planes, factors, tops);
   return py::make_tuple(planes, factors);
 }
 
-void add_codes_py(QuantizedIndex& ix, const U8Array& planes, const F32Array& factors) {
+// top: the (m, 4) top-plane factors of 2-bit rows, or None (then later searches cannot screen).
+void add_codes_py(QuantizedIndex& ix, const U8Array& planes, const F32Array& factors,
+                  const std::optional<F32Array>& top) {
   require_matrix(planes, "planes");
   require_matrix(factors, "factors");
   require(static_cast<size_t>(planes.shape(1)) == ix.code_bytes(),
           "planes have width " + std::to_string(planes.shape(1)) + ", the index expects " +
               std::to_string(ix.code_bytes()));
   require(factors.shape(1) == 5 && factors.shape(0) == planes.shape(0), "factors must be (len(planes), 5)");
+  const float* pt = nullptr;
+  if (top) {
+    require(ix.bits() == 2, "top factors exist for 2-bit codes only");
+    require(top->ndim() == 2 && top->shape(1) == 4 && top->shape(0) == planes.shape(0),
+            "top must be (len(planes), 4)");
+    pt = top->data();
+  }
   const uint8_t* pp = planes.data();
   const float* pf = factors.data();
   size_t m = planes.shape(0);
   py::gil_scoped_release nogil;
-  ix.add_codes(pp, pf, m);
+  ix.add_codes(pp, pf, m, pt);
 }
 
 void train_py(QuantizedIndex& ix, const F32Array& x) {
@@ -110,10 +124,14 @@ void train_py(QuantizedIndex& ix, const F32Array& x) {
 }
 
 py::tuple search_py(const QuantizedIndex& ix, const F32Array& q, long k, int qbits, const std::optional<U8Array>& mask,
-                    const std::optional<I64Array>& ids, long threads, int level, std::optional<float> confidence) {
+                    const std::optional<I64Array>& ids, long threads, int level, std::optional<float> confidence,
+                    float screen, bool stats) {
   check_vectors(q, ix.dim(), "queries");
   require(k > 0, "k must be positive");
   check_qbits(qbits);
+  require(std::isfinite(screen) && screen >= 0, "screen must be a finite number >= 0");
+  size_t refined = 0;
+  size_t* pr = stats ? &refined : nullptr;
   const size_t nq = q.shape(0);
   auto allow = allow_arg(mask, ids, ix.size());
   I64Array out_ids({nq, static_cast<size_t>(k)});
@@ -130,14 +148,18 @@ py::tuple search_py(const QuantizedIndex& ix, const F32Array& q, long k, int qbi
     float z = *confidence;
     {
       py::gil_scoped_release nogil;
-      ix.search(pq, nq, static_cast<size_t>(k), qbits, allow ? &*allow : nullptr, nt, pi, ps, lv, z, pl, ph);
+      ix.search(pq, nq, static_cast<size_t>(k), qbits, allow ? &*allow : nullptr, nt, pi, ps, lv, z, pl, ph,
+                screen, pr);
     }
+    if (stats) return py::make_tuple(out_ids, out_scores, lo, hi, refined);
     return py::make_tuple(out_ids, out_scores, lo, hi);
   }
   {
     py::gil_scoped_release nogil;
-    ix.search(pq, nq, static_cast<size_t>(k), qbits, allow ? &*allow : nullptr, nt, pi, ps, lv);
+    ix.search(pq, nq, static_cast<size_t>(k), qbits, allow ? &*allow : nullptr, nt, pi, ps, lv, 0, nullptr, nullptr,
+              screen, pr);
   }
+  if (stats) return py::make_tuple(out_ids, out_scores, refined);
   return py::make_tuple(out_ids, out_scores);
 }
 
@@ -215,15 +237,28 @@ F32Array factors_py(const QuantizedIndex& ix) {
   return out;
 }
 
+// (n, 4) top-plane factors of a 2-bit index, or None when its rows lack them.
+std::optional<F32Array> top_factors_py(const QuantizedIndex& ix) {
+  if (!ix.has_top()) return std::nullopt;
+  const size_t n = ix.size();
+  F32Array out({n, size_t{4}});
+  float* p = out.mutable_data();
+  for (size_t i = 0; i < n; ++i) ix.get_top_factors(i, p + 4 * i);
+  return out;
+}
+
 void set_state_py(QuantizedIndex& ix, const F32Array& rotation, const F32Array& centroid, bool trained, size_t n,
-                  const U8Array& blocks, const F32Array& factors) {
+                  const U8Array& blocks, const F32Array& factors, const std::optional<F32Array>& top) {
   const size_t d = ix.dim_pad();
   require(static_cast<size_t>(rotation.size()) == ix.rotation().size(), "rotation has the wrong size");
   require(static_cast<size_t>(centroid.size()) == d, "centroid has the wrong size");
   const size_t nblocks = (n + kQuantBlockRows - 1) / kQuantBlockRows;
   require(static_cast<size_t>(blocks.size()) == nblocks * ix.code_bytes() * kQuantBlockRows, "codes have the wrong size");
   require(static_cast<size_t>(factors.size()) == 5 * n, "factors have the wrong size");
-  ix.set_state(rotation.data(), centroid.data(), trained, n, blocks.data(), factors.data());
+  require(!top || (ix.bits() == 2 && static_cast<size_t>(top->size()) == 4 * n),
+          "top factors must be (n, 4), and exist for 2-bit codes only");
+  ix.set_state(rotation.data(), centroid.data(), trained, n, blocks.data(), factors.data(),
+               top ? top->data() : nullptr);
 }
 
 // The block kernels alone, for tests: S = u . qu for each row of the code
@@ -444,11 +479,15 @@ void bind_quant(py::module_& m) {
       .def("__len__", &QuantizedIndex::size)
       .def("add", &add_py, py::arg("vectors"), py::arg("threads") = 0, py::arg("level") = -1)
       .def("train", &train_py, py::arg("vectors"))
-      .def("encode", &encode_py, py::arg("vectors"), py::arg("threads") = 0, py::arg("level") = -1)
-      .def("add_codes", &add_codes_py, py::arg("planes"), py::arg("factors"))
+      .def("encode", &encode_py, py::arg("vectors"), py::arg("threads") = 0, py::arg("level") = -1,
+           py::arg("top") = false)
+      .def("add_codes", &add_codes_py, py::arg("planes"), py::arg("factors"), py::arg("top") = py::none())
       .def("search", &search_py, py::arg("queries"), py::arg("k"), py::arg("query_bits"),
            py::arg("allow_mask") = py::none(), py::arg("allow_ids") = py::none(), py::arg("threads") = 0,
-           py::arg("level") = -1, py::arg("confidence") = py::none())
+           py::arg("level") = -1, py::arg("confidence") = py::none(), py::arg("screen") = kQuantScreenZ,
+           py::arg("stats") = false)
+      .def_property_readonly("has_top", &QuantizedIndex::has_top)
+      .def("top_factors", &top_factors_py)
       .def("estimate", &estimate_py, py::arg("queries"), py::arg("ids"), py::arg("query_bits"), py::arg("z"),
            py::arg("level") = -1)
       .def("query_state", &query_state_py, py::arg("query"), py::arg("query_bits"), py::arg("level") = -1)
@@ -458,5 +497,5 @@ void bind_quant(py::module_& m) {
       .def("blocks", &blocks_py)
       .def("factors", &factors_py)
       .def("set_state", &set_state_py, py::arg("rotation"), py::arg("centroid"), py::arg("trained"), py::arg("n"),
-           py::arg("blocks"), py::arg("factors"));
+           py::arg("blocks"), py::arg("factors"), py::arg("top") = py::none());
 }

@@ -24,8 +24,11 @@ _METRICS = ("cosine", "ip", "l2")
 
 _MAGIC = b"VSIFTQNT"
 _KIND = b"rabitq\0\0"
-FORMAT_VERSION = 2  # 2 adds the rotation kind after query_bits; version 1 files (dense rotation) still load
-_READ_VERSIONS = (1, 2)
+# 2 adds the rotation kind after query_bits (version 1: dense); 3 adds a flag after it and, when
+# set, the 2-bit rows' top-plane factors (n x 4 float32) after the factors. Older files still load;
+# their 2-bit searches read every block in full (no screen).
+FORMAT_VERSION = 3
+_READ_VERSIONS = (1, 2, 3)
 ROTATIONS = ("dense", "fht")  # index in the file = kind
 _HEAD = struct.Struct("<8s8sI")  # magic, kind, version
 _META = struct.Struct("<IIIIQQI")  # dim, code_dim, bits, metric, seed, n, trained
@@ -61,6 +64,9 @@ def _padded_code_dim(dim: int, extra: int) -> int:
 def default_query_bits(bits: int) -> int:
     """4-bit queries for 1-2 bit codes; 8 for 4-8 bit codes (4 would cap 4-bit recall at ~0.93)."""
     return 4 if bits <= 2 else 8
+
+
+DEFAULT_SCREEN = 3.0  # _core's kQuantScreenZ; docs/quantised.md has the measurements
 
 
 def _int_arg(x, name: str) -> int:
@@ -146,24 +152,39 @@ class QuantizedIndex:
         x = as_vectors(vectors, "vectors", dim=self.dim)
         self._index.add(x, check_threads(threads))
 
-    def encode(self, vectors, threads: int = 0):
-        """(planes uint8 (n, code_bytes), factors float32 (n, 5)) of rows, not stored; needs a centroid."""
+    def encode(self, vectors, threads: int = 0, top: bool = False):
+        """(planes uint8 (n, code_bytes), factors float32 (n, 5)) of rows, not stored; needs a centroid.
+
+        top=True (2-bit codes only) adds a third array, the (n, 4) top-plane factors of the screen."""
         if not self.trained:
             raise ValueError("encode needs a centroid: call train (or add) first")
+        if top and self.bits != 2:
+            raise ValueError(f"top=True needs 2-bit codes, this index has bits={self.bits}")
         x = as_vectors(vectors, "vectors", dim=self.dim)
-        return self._index.encode(x, check_threads(threads))
+        return self._index.encode(x, check_threads(threads), top=bool(top))
 
-    def add_codes(self, planes, factors) -> None:
-        """Appends rows given as encode() returned them (e.g. read back from a file)."""
+    @property
+    def screens(self) -> bool:
+        """Whether 2-bit searches can use the 1-bit screen (every row has top-plane factors)."""
+        return self._index.has_top
+
+    def add_codes(self, planes, factors, top=None) -> None:
+        """Appends rows given as encode() returned them (e.g. read back from a file).
+
+        ``top``: 2-bit codes' top-plane factors (n, 4) from ``encode(..., top=True)``; rows added
+        without them turn the 2-bit screen off for this index (searches read every block)."""
         planes = np.ascontiguousarray(planes, dtype=np.uint8)
         factors = np.ascontiguousarray(factors, dtype=np.float32)
         if planes.ndim != 2 or factors.ndim != 2:
             raise ValueError("planes and factors must be 2-d")
-        self._index.add_codes(planes, factors)
+        if top is not None:
+            top = np.ascontiguousarray(top, dtype=np.float32)
+        self._index.add_codes(planes, factors, top)
 
     # ---------------------------------------------------------------- reads
     def search(self, queries, k: int, allow=None, oversample: int = 1, rescore=None, bounds: bool = False,
-               query_bits: int | None = None, confidence: float = 3.0, threads: int = 0):
+               query_bits: int | None = None, confidence: float = 3.0, threads: int = 0,
+               screen: float = DEFAULT_SCREEN):
         """Returns (ids int64 (n, k), scores float32 (n, k)), best first.
 
         Scores are estimated similarities, or exact ones when ``rescore`` (the
@@ -174,6 +195,13 @@ class QuantizedIndex:
         of pairs, see docs/quantised.md); exact scores have lower == upper.
         ``allow`` (roaring bitmap, bool mask, or row ids) restricts the scan;
         rows outside it are never scored. Missing results: id -1, score -inf.
+
+        ``screen`` (2-bit codes, calls of one or two queries): blocks of 32 rows
+        are first scored by their top bit plane alone, and only those whose
+        upper bound (``screen`` standard deviations) beats the current k-th
+        best estimate are read in full; a row is lost only when its 1-bit
+        estimate falls that far below. 0 reads every block (the same
+        candidates as before the screen existed).
         """
         k = check_k(k)
         oversample = _int_arg(oversample, "oversample")
@@ -185,6 +213,10 @@ class QuantizedIndex:
         if not (isinstance(confidence, (int, float, np.floating)) and np.isfinite(confidence) and confidence >= 0):
             raise ValueError(f"confidence must be a finite number >= 0, got {confidence!r}")
         threads = check_threads(threads)
+        if not (isinstance(screen, (int, float, np.floating)) and not isinstance(screen, bool)
+                and np.isfinite(screen) and screen >= 0):
+            raise ValueError(f"screen must be a finite number >= 0, got {screen!r}")
+        screen = float(screen)
         q = as_vectors(queries, "queries", dim=self.dim)
         # never more candidates than rows: a huge k x oversample over a small index would otherwise
         # allocate (and rescore) columns of padding
@@ -192,11 +224,11 @@ class QuantizedIndex:
         check_cells(len(q), max(m, k), "queries x k x oversample")
         mask, ids = allow_arrays(allow, len(self))
         if rescore is not None:
-            cand, _ = self._index.search(q, m, qb, mask, ids, threads)
+            cand, _ = self._index.search(q, m, qb, mask, ids, threads, screen=screen)
             return self._rescore(q, cand, k, rescore, bounds)
         if not bounds:
-            return self._index.search(q, k, qb, mask, ids, threads)
-        return self._index.search(q, k, qb, mask, ids, threads, -1, float(confidence))
+            return self._index.search(q, k, qb, mask, ids, threads, screen=screen)
+        return self._index.search(q, k, qb, mask, ids, threads, -1, float(confidence), screen=screen)
 
     def estimate(self, queries, ids, query_bits: int | None = None, confidence: float = 3.0):
         """(estimate, lower, upper) float32 (n, m) for given row ids (n, m) of each query (-1: -inf)."""
@@ -255,11 +287,14 @@ class QuantizedIndex:
         ix = self._index
         n = len(ix) if rows else 0
         meta = _META.pack(ix.dim, ix.dim_pad, ix.bits, _METRICS.index(ix.metric), ix.seed, n, int(ix.trained))
+        top = ix.top_factors() if rows else None
         parts = [_HEAD.pack(_MAGIC, _KIND, FORMAT_VERSION), meta,
-                 struct.pack("<II", self.query_bits, ROTATIONS.index(ix.rotation_kind)),
+                 struct.pack("<III", self.query_bits, ROTATIONS.index(ix.rotation_kind), int(top is not None)),
                  ix.rotation().tobytes(), ix.centroid().tobytes()]
         if rows:
             parts += [ix.blocks().tobytes(), ix.factors().tobytes()]
+            if top is not None:
+                parts.append(top.tobytes())
         crc = 0
         for p in parts:
             crc = _core.crc32c(p, crc)
@@ -284,7 +319,7 @@ class QuantizedIndex:
             raise CorruptIndexError(f"{path}: not a vecsift quantised index")
         if version not in _READ_VERSIONS:
             raise CorruptIndexError(f"{path}: format version {version}, this vecsift reads {_READ_VERSIONS}")
-        fixed = _HEAD.size + _META.size + (4 if version == 1 else 8)
+        fixed = _HEAD.size + _META.size + {1: 4, 2: 8}.get(version, 12)
         if len(data) < fixed + _CRC.size:
             raise CorruptIndexError(f"{path}: too short for a vecsift quantised index ({len(data)} bytes)")
         (crc,) = _CRC.unpack_from(data, len(data) - _CRC.size)
@@ -293,21 +328,23 @@ class QuantizedIndex:
         dim, cd, bits, metric, seed, n, trained = _META.unpack_from(data, _HEAD.size)
         (qb,) = struct.unpack_from("<I", data, _HEAD.size + _META.size)
         rkind = struct.unpack_from("<I", data, _HEAD.size + _META.size + 4)[0] if version >= 2 else 0  # v1: dense
+        has_top = struct.unpack_from("<I", data, _HEAD.size + _META.size + 8)[0] if version >= 3 else 0
         if (bits not in SUPPORTED_BITS or metric >= len(_METRICS) or not 1 <= dim <= cd <= 4096 or cd % 64
-                or not 4 <= qb <= 8 or rkind >= len(ROTATIONS)):
+                or not 4 <= qb <= 8 or rkind >= len(ROTATIONS) or has_top > 1 or (has_top and bits != 2)):
             raise CorruptIndexError(f"{path}: header fields out of range")
         nblocks = -(-n // 32)
         rot_rows = cd if ROTATIONS[rkind] == "dense" else _core.QUANT_FHT_ROUNDS
-        sizes = [4 * rot_rows * cd, 4 * cd, nblocks * 32 * bits * cd // 8, 4 * 5 * n]
+        sizes = [4 * rot_rows * cd, 4 * cd, nblocks * 32 * bits * cd // 8, 4 * 5 * n, 4 * 4 * n * has_top]
         if fixed + sum(sizes) + _CRC.size != len(data):
             raise CorruptIndexError(f"{path}: size does not match its header")
         out = cls(dim, bits, _METRICS[metric], query_bits=qb, seed=seed, code_dim=cd, rotation=ROTATIONS[rkind],
                   _make_rotation=False)
         off = fixed
         arrays = []
-        for size, dt in zip(sizes, (np.float32, np.float32, np.uint8, np.float32)):
+        for size, dt in zip(sizes, (np.float32, np.float32, np.uint8, np.float32, np.float32)):
             arrays.append(np.frombuffer(data, dtype=dt, count=size // np.dtype(dt).itemsize, offset=off))
             off += size
-        rot, cen, blocks, fac = arrays
-        out._index.set_state(rot.reshape(rot_rows, cd), cen, bool(trained), n, blocks, fac.reshape(n, 5))
+        rot, cen, blocks, fac, top = arrays
+        out._index.set_state(rot.reshape(rot_rows, cd), cen, bool(trained), n, blocks, fac.reshape(n, 5),
+                             top.reshape(n, 4) if has_top else None)
         return out

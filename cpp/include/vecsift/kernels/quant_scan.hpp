@@ -43,8 +43,11 @@ struct QuantBlocks {
   size_t nblocks;
   uint32_t last_mask;     // valid lanes of the final block
   const uint32_t* allow;  // one 32-bit word per block, or null
+  // Bytes from one block to the next; 0: `bits` planes. A view of some planes of wider blocks (the
+  // 1-bit screen reads one plane of 2-bit blocks: quant_screen.hpp) sets the blocks' own stride.
+  size_t stride = 0;
 
-  size_t block_stride() const { return static_cast<size_t>(bits) * J * kQuantBlockRows; }
+  size_t block_stride() const { return stride ? stride : static_cast<size_t>(bits) * J * kQuantBlockRows; }
   uint32_t lane_mask(size_t b) const {
     uint32_t m = allow ? allow[b] : 0xFFFFFFFFu;
     return b + 1 == nblocks ? (m & last_mask) : m;
@@ -244,9 +247,10 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_wide_tables_avx512
 // so each is loaded once per byte pair and shared by every plane, and four bytes' values (<= 240) are
 // summed as u8 before the u16 counters take them: half the counter work of the plane-at-a-time kernel
 // and 1/B of its table loads. The same integers per (plane, pass) as quant_plane_avx512.
+// ahead: bytes from this block to the next one to prefetch (0: none).
 template <int B, int P>
 __attribute__((target("avx512f,avx512bw"))) inline void quant_block_avx512(const uint8_t* blk, const uint8_t* wide,
-                                                                           size_t J, __m256i* acc) {
+                                                                           size_t J, __m256i* acc, size_t ahead = 0) {
   const __m512i nib = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
   __m512i T[B][P], O[B][P];
   for (int p = 0; p < B; ++p)
@@ -262,6 +266,10 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_block_avx512(const
     }
     for (int p = 0; p < B; ++p) {
       const uint8_t* src = blk + p * plane + j * 32;
+      if (ahead) {  // hints: cannot fault
+        _mm_prefetch(reinterpret_cast<const char*>(src + ahead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(src + ahead + 64), _MM_HINT_T0);
+      }
       const __m512i d0 = _mm512_loadu_si512(src), d1 = _mm512_loadu_si512(src + 64);
       const __m512i n0l = _mm512_and_si512(d0, nib), n0h = _mm512_and_si512(_mm512_srli_epi16(d0, 4), nib);
       const __m512i n1l = _mm512_and_si512(d1, nib), n1h = _mm512_and_si512(_mm512_srli_epi16(d1, 4), nib);
@@ -301,9 +309,9 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_block_avx512(const
 template <int P>
 __attribute__((target("avx512f,avx512bw"))) inline bool quant_block_avx512_any(int bits, const uint8_t* blk,
                                                                                const uint8_t* wide, size_t J,
-                                                                               __m256i* acc) {
+                                                                               __m256i* acc, size_t ahead) {
   switch (bits) {
-    case 1: quant_block_avx512<1, P>(blk, wide, J, acc); return true;
+    case 1: quant_block_avx512<1, P>(blk, wide, J, acc, ahead); return true;
     case 2: quant_block_avx512<2, P>(blk, wide, J, acc); return true;
     case 4: quant_block_avx512<4, P>(blk, wide, J, acc); return true;
     default: return false;
@@ -337,8 +345,11 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const 
     if (!mask) continue;
     const uint8_t* blk = s.data + b * s.block_stride();
     __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-    const bool done = passes == 2 ? quant_block_avx512_any<2>(s.bits, blk, wide, J, acc)
-                                  : quant_block_avx512_any<1>(s.bits, blk, wide, J, acc);
+    // A view of one plane of wider blocks prefetches the next block's lines: its reads jump a page
+    // per block, where the hardware prefetcher starts over.
+    const size_t ahead = s.stride && b + 1 < b1 ? s.stride : 0;
+    const bool done = passes == 2 ? quant_block_avx512_any<2>(s.bits, blk, wide, J, acc, ahead)
+                                  : quant_block_avx512_any<1>(s.bits, blk, wide, J, acc, ahead);
     for (int p = 0; !done && p < s.bits; ++p) {  // 8 planes: too many counters for one pass over the block
       const uint8_t* src = blk + p * J * kQuantBlockRows;
       if (passes == 2)
@@ -346,7 +357,10 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const 
       else
         quant_plane_avx512<1>(src, luts, J, p, acc);
     }
-    for (int r = 0; r < 4; ++r) _mm256_store_si256(reinterpret_cast<__m256i*>(S + 8 * r), acc[r]);
+    // Two 64-byte stores, not four of 32: the scoring loads S 64 bytes at a time, and a load that
+    // spans two stores cannot be forwarded from them (it waits for both to retire).
+    _mm512_store_si512(S, _mm512_inserti64x4(_mm512_castsi256_si512(acc[0]), acc[1], 1));
+    _mm512_store_si512(S + 16, _mm512_inserti64x4(_mm512_castsi256_si512(acc[2]), acc[3], 1));
     sink.block(b, mask, S, Level::AVX512);
   }
 }

@@ -100,6 +100,12 @@ class TopKBuffer {
     if (buf_.size() >= cap_) cut();
   }
 
+  // Cuts now if the buffer holds more than k, so threshold() is the current k-th best (a caller
+  // about to filter many candidates against it).
+  void tighten() {
+    if (cut_ ? buf_.size() > k_ : buf_.size() >= k_ && k_) cut();
+  }
+
   void merge(const TopKBuffer& other) {
     for (const auto& c : other.buf_) push(c.key, c.id);
   }
