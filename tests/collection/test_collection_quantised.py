@@ -41,7 +41,8 @@ def test_recall_and_reopen(tmp_path, real, kw, target):
     rows2, scores2 = r.search_rows(qv, k=10)
     np.testing.assert_array_equal(rows, rows2)
     np.testing.assert_array_equal(scores, scores2)
-    assert r._manifest.dense["codes"] == "rabitq-v1"  # the format says which codes the collection holds
+    assert r._manifest.dense["codes"] == "rabitq-v2"  # the format says which codes the collection holds
+    assert r._dense.index.screens == (c.index_params["bits"] == 2)  # 2-bit rows carry the screen's factors
     r.close()
 
 
@@ -113,6 +114,45 @@ def test_adds_after_reopen_use_the_stored_centroid_and_compaction_works(tmp_path
     hits = c.search(qv[0], k=5)
     assert all(int(h.id[2:]) % 2 == 1 for h in hits)
     c.close()
+
+
+def test_rabitq_v1_collections_open_append_and_search_without_the_screen(tmp_path, real, monkeypatch):
+    # A collection written before the screen ("rabitq-v1": rows of planes + 5 factors) keeps its
+    # format: it opens, searches as the full scan does, takes more rows in the same format and
+    # compacts; a new collection gets the top-plane factors and the same answers.
+    from vecsift.collection.stages.quant_dense import QuantBQDense
+    from vecsift.storage.rowfile import RowFile
+
+    def create_v1(cls, directory, gen, dim, metric, params):
+        index = cls._new_index(dim, metric, params)
+        rf = RowFile.create(os.path.join(directory, f"codes-{gen}.q"), "qcodes", "uint8",
+                            cls.width(index, "rabitq-v1"))
+        return cls(dim, metric, params, rf, index, fmt="rabitq-v1")
+
+    dv, qv, truth = real
+    half = len(dv) // 2
+    with monkeypatch.context() as m:
+        m.setattr(QuantBQDense, "create", classmethod(create_v1))
+        old = make(tmp_path / "old", dv[:half], bits=2)
+        old.close()
+    new = make(tmp_path / "new", dv[:half], bits=2)
+    old = vecsift.open(tmp_path / "old")
+    assert old._manifest.dense["codes"] == "rabitq-v1" and not old._dense.index.screens
+    assert new._manifest.dense["codes"] == "rabitq-v2" and new._dense.index.screens
+    assert os.path.getsize(old._dense.codes.path) < os.path.getsize(new._dense.codes.path)
+    for c in (old, new):
+        c.add([f"id{i}" for i in range(half, len(dv))], dv[half:])
+        c.commit()
+    a = [old.search_rows(v[None], k=10)[0][0] for v in qv]
+    b = [new.search_rows(v[None], k=10)[0][0] for v in qv]
+    assert np.mean([np.array_equal(x, y) for x, y in zip(a, b)]) >= 0.98
+    assert recall(a, truth) >= 0.97 and recall(b, truth) >= 0.97
+    old.close()
+    old = vecsift.open(tmp_path / "old", readonly=True)
+    assert old._manifest.dense["codes"] == "rabitq-v1" and len(old._dense.index) == len(dv)
+    assert recall(old.search_rows(qv, k=10)[0], truth) >= 0.97
+    old.close()
+    new.close()
 
 
 def test_corrupt_model_file_is_refused(tmp_path, real):

@@ -1,10 +1,14 @@
 """index="bq" with RaBitQ-style quantised codes (bits=1, 2, 4 or 8): the dense stage of a collection.
 
 Files: ``codes-G.q`` is an append-only row file, one row per vector: the code
-planes followed by the five float32 factors (QuantizedIndex.encode); the
+planes followed by the five float32 factors (QuantizedIndex.encode) and, for
+2-bit codes in "rabitq-v2" collections, the four top-plane factors of the 1-bit
+screen (``encode(..., top=True)``); the
 model (rotation, centroid, parameters) is ``quant-G.vsq``, written once the
 centroid is set by the first rows added (QuantizedIndex.save(rows=False)).
-The manifest's dense entry says ``"codes": "rabitq-v1"``; a collection
+The manifest's dense entry says ``"codes": "rabitq-v2"`` (or "rabitq-v1":
+written before the screen, rows without top factors; such a collection keeps
+that format, and its 2-bit searches read every block in full); a collection
 written before quantised codes existed has no such key and holds sign bits
 (stages/dense.py BQDense, unchanged).
 
@@ -31,7 +35,10 @@ from vecsift.storage import fileops
 from vecsift.storage.framing import missing_file
 from vecsift.storage.rowfile import RowFile
 
-CODES_FORMAT = "rabitq-v1"
+CODES_FORMAT = "rabitq-v2"  # what new collections write
+READ_FORMATS = ("rabitq-v1", "rabitq-v2")
+FACTOR_BYTES = 20  # five float32 factors a row
+TOP_BYTES = 16  # four float32 top-plane factors a 2-bit row (rabitq-v2)
 
 # Chosen by measurement (bench/bench_quantised.py --collection, 30k PyPI MiniLM
 # rows, 1k held-out queries; docs/quantised.md): 2-bit codes, the best 4 x k
@@ -83,8 +90,10 @@ class QuantBQDense:
     kind = "bq"
 
     def __init__(self, dim: int, metric: str, params: dict, codes: RowFile, index: QuantizedIndex,
-                 model_entry=None):
+                 model_entry=None, fmt: str = CODES_FORMAT):
         self.dim, self.metric, self.p = dim, metric, params
+        self.fmt = fmt
+        self.top = self.has_top(index, fmt)
         self.oversample = params["oversample"]
         self.codes = codes
         self.index = index
@@ -95,8 +104,12 @@ class QuantBQDense:
         self.rescored = 0  # float32 rows read by the last search call, all its queries (for benchmarks)
 
     @staticmethod
-    def width(index: QuantizedIndex) -> int:
-        return index.code_bytes + 20
+    def has_top(index: QuantizedIndex, fmt: str) -> bool:
+        return fmt == "rabitq-v2" and index.bits == 2
+
+    @classmethod
+    def width(cls, index: QuantizedIndex, fmt: str = CODES_FORMAT) -> int:
+        return index.code_bytes + FACTOR_BYTES + (TOP_BYTES if cls.has_top(index, fmt) else 0)
 
     @staticmethod
     def _new_index(dim, metric, p) -> QuantizedIndex:
@@ -111,8 +124,9 @@ class QuantBQDense:
 
     @classmethod
     def load(cls, directory, entry: dict, dim: int, metric: str, params: dict, writable: bool) -> "QuantBQDense":
-        if entry.get("codes") != CODES_FORMAT:
-            raise CorruptIndexError(f"dense entry holds codes {entry.get('codes')!r}, this vecsift reads {CODES_FORMAT}")
+        fmt = entry.get("codes")
+        if fmt not in READ_FORMATS:
+            raise CorruptIndexError(f"dense entry holds codes {fmt!r}, this vecsift reads {READ_FORMATS}")
         try:  # the manifest's copy: defaults for keys older writers did not record, checked ranges
             params = normalise_params(params)
         except (ValueError, TypeError) as exc:
@@ -126,9 +140,9 @@ class QuantBQDense:
             model = {"model": entry["model"], "model_crc32c": entry["model_crc32c"]}
         else:
             index = cls._new_index(dim, metric, params)
-        rf = RowFile.open_entry(directory, entry, "qcodes", "uint8", cls.width(index), writable)
+        rf = RowFile.open_entry(directory, entry, "qcodes", "uint8", cls.width(index, fmt), writable)
         try:
-            self = cls(dim, metric, params, rf, index, model)
+            self = cls(dim, metric, params, rf, index, model, fmt)
             if entry["rows"]:
                 if model is None:
                     raise CorruptIndexError("quantised codes without their model file")
@@ -155,9 +169,10 @@ class QuantBQDense:
             self.codes.verify(entry["rows"], value_of(entry))
 
     def _publish_rows(self, rows: np.ndarray) -> None:
-        cb = self.index.code_bytes
+        cb, fb = self.index.code_bytes, self.index.code_bytes + FACTOR_BYTES
         rows = np.ascontiguousarray(rows)
-        self.index.add_codes(rows[:, :cb], np.ascontiguousarray(rows[:, cb:]).view(np.float32))
+        top = np.ascontiguousarray(rows[:, fb:]).view(np.float32) if self.top else None
+        self.index.add_codes(rows[:, :cb], np.ascontiguousarray(rows[:, cb:fb]).view(np.float32), top)
 
     @property
     def size(self) -> int:
@@ -166,8 +181,8 @@ class QuantBQDense:
     def stage(self, vectors: np.ndarray) -> None:
         if not self.index.trained:
             self.index.train(vectors)  # the centroid: mean of the first rows ever added
-        planes, factors = self.index.encode(vectors)
-        rows = np.concatenate([planes, factors.view(np.uint8)], axis=1)
+        parts = self.index.encode(vectors, top=self.top)
+        rows = np.concatenate([p.view(np.uint8) for p in parts], axis=1)
         self.codes.append(rows)
         self._staged.append(rows)
 
@@ -178,7 +193,7 @@ class QuantBQDense:
             path = os.path.join(directory, name)
             fileops.write_via(path, lambda tmp: self.index.save(tmp, rows=False))  # the crash-test seam
             self.model = {"model": name, "model_crc32c": file_checksum(path)}
-        entry = {"codes": CODES_FORMAT, **self.codes.entry()}
+        entry = {"codes": self.fmt, **self.codes.entry()}
         entry.update(self.model or {"model": None, "model_crc32c": 0})
         return entry
 
