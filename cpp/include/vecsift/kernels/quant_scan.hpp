@@ -247,8 +247,9 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_wide_tables_avx512
 // so each is loaded once per byte pair and shared by every plane, and four bytes' values (<= 240) are
 // summed as u8 before the u16 counters take them: half the counter work of the plane-at-a-time kernel
 // and 1/B of its table loads. The same integers per (plane, pass) as quant_plane_avx512.
-// ahead: bytes from this block to the next one to prefetch (0: none).
-template <int B, int P>
+// Prefetch: touch the same lines `ahead` bytes on (the next block of a plane view). A template
+// argument, not a test in the loop: with the test inside, GCC kept T and O on the stack.
+template <int B, int P, bool Prefetch = false>
 __attribute__((target("avx512f,avx512bw"))) inline void quant_block_avx512(const uint8_t* blk, const uint8_t* wide,
                                                                            size_t J, __m256i* acc, size_t ahead = 0) {
   const __m512i nib = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
@@ -266,7 +267,7 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_block_avx512(const
     }
     for (int p = 0; p < B; ++p) {
       const uint8_t* src = blk + p * plane + j * 32;
-      if (ahead) {  // hints: cannot fault
+      if (Prefetch) {  // hints: cannot fault
         _mm_prefetch(reinterpret_cast<const char*>(src + ahead), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(src + ahead + 64), _MM_HINT_T0);
       }
@@ -311,7 +312,12 @@ __attribute__((target("avx512f,avx512bw"))) inline bool quant_block_avx512_any(i
                                                                                const uint8_t* wide, size_t J,
                                                                                __m256i* acc, size_t ahead) {
   switch (bits) {
-    case 1: quant_block_avx512<1, P>(blk, wide, J, acc, ahead); return true;
+    case 1:
+      if (ahead)
+        quant_block_avx512<1, P, true>(blk, wide, J, acc, ahead);
+      else
+        quant_block_avx512<1, P>(blk, wide, J, acc);
+      return true;
     case 2: quant_block_avx512<2, P>(blk, wide, J, acc); return true;
     case 4: quant_block_avx512<4, P>(blk, wide, J, acc); return true;
     default: return false;
