@@ -290,8 +290,10 @@ class QuantizedIndex {
         quant_wide_tables(level, qq.luts.data(), J_, qq.passes(), own);
         wide = own.data();
       }
+      const float c = qq.dq * qq.dq / 12.0f;
+      const float zs = screen * qq.mq * std::sqrt(qq.norm2 + (top_h_min_ < kInf ? c / top_h_min_ : 0.0f));
       const QuantScreenArgs f{QuantScoreArgs{top_a_.data(), top_su_.data(), factors_add_.data(), est1[q]},
-                              top_g_.data(), top_h_.data(), screen * qq.mq, qq.norm2, qq.dq * qq.dq / 12.0f};
+                              top_w_.data(), zs};
       // 2k seed blocks: measured at z = 3, 20% of blocks refined against 28% with k seeds.
       const size_t r = quant_screened_scan(level, top_view, low_view, qq.luts.data(), qq.passes(), wide, f, b0, b1,
                                            2 * k, sink);
@@ -411,6 +413,7 @@ class QuantizedIndex {
       factors_g_[r] = factors[5 * r + 3], factors_h_[r] = factors[5 * r + 4];
     }
     has_top_ = bits_ == 2 && layout_ == QuantLayout::Planes;
+    top_h_min_ = kInf;
     if (n && !top) drop_top();
     for (auto* v : top_arrays()) v->assign(has_top_ ? nblocks * kQuantBlockRows : 0, 0.0f);
     for (size_t r = 0; has_top_ && r < n; ++r) store_top(r, top + 4 * r);
@@ -448,12 +451,30 @@ class QuantizedIndex {
   std::vector<std::vector<float>*> factor_arrays() {
     return {&factors_a_, &factors_su_, &factors_add_, &factors_g_, &factors_h_};
   }
-  std::vector<std::vector<float>*> top_arrays() { return {&top_a_, &top_su_, &top_g_, &top_h_}; }
+  std::vector<std::vector<float>*> top_arrays() { return {&top_a_, &top_su_, &top_g_, &top_h_, &top_w_}; }
   void drop_top() {
     has_top_ = false;
+    top_h_min_ = kInf;
     for (auto* v : top_arrays()) std::vector<float>().swap(*v);
   }
-  void store_top(size_t r, const float* t) { top_a_[r] = t[0], top_su_[r] = t[1], top_g_[r] = t[2], top_h_[r] = t[3]; }
+  // Also the screen's w = g1 * sqrt(max(h1, floor)), rounded up, and the least such h1 (quant_screen.hpp).
+  void store_top(size_t r, const float* t) {
+    top_a_[r] = t[0], top_su_[r] = t[1], top_g_[r] = t[2], top_h_[r] = t[3];
+    const double g = t[2], h = std::max(static_cast<double>(t[3]), kScreenHFloor);
+    float w = 0.0f;
+    if (g > 0) {  // a non-finite or negative factor disables the screen's bound for the row: always refined
+      const double exact = g * std::sqrt(h);
+      w = static_cast<float>(exact);
+      if (static_cast<double>(w) < exact) w = std::nextafter(w, kInf);
+      float hf = static_cast<float>(h);  // rounded down: a smaller h_min only widens the bound
+      if (static_cast<double>(hf) > h) hf = std::nextafter(hf, 0.0f);
+      top_h_min_ = std::min(top_h_min_, hf);
+    } else if (!(g == 0)) {
+      w = kInf;
+    }
+    top_w_[r] = w;
+  }
+  static constexpr float kInf = std::numeric_limits<float>::infinity();
 
   // Blocks of [b0, b1) with any lane to score (what a full scan reads).
   static size_t count_blocks(const QuantBlocks& s, size_t b0, size_t b1) {
@@ -501,6 +522,8 @@ class QuantizedIndex {
   std::vector<float> factors_a_, factors_su_, factors_add_, factors_g_, factors_h_;
   bool has_top_;  // every row has top-plane factors (2-bit plane codes only)
   std::vector<float> top_a_, top_su_, top_g_, top_h_;  // the top plane as a 1-bit code (quant_screen.hpp)
+  std::vector<float> top_w_;  // the screen's per-row bound factor
+  float top_h_min_ = std::numeric_limits<float>::infinity();
   mutable std::shared_mutex mutex_;
 };
 
