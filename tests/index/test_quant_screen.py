@@ -188,3 +188,22 @@ def test_bad_screen_and_top_arguments(rng):
         one.encode(x[:4], top=True)
     with pytest.raises(ValueError, match="top"):
         one.add_codes(one.encode(x[:4])[0], one.encode(x[:4])[1], top)
+
+
+def test_odd_top_factors_only_widen_the_screen(rng):
+    # Rows given through add_codes with h = 0 (an exact 1-bit code) or a NaN g: the screen must
+    # still not drop them (h is floored, a non-finite g makes the row's bound infinite).
+    x, q = _many_clusters(rng, 2000, 128, 8)
+    ref = _index(x)
+    planes, factors, top = ref.encode(x, top=True)
+    top = top.copy()
+    top[::7, 3] = 0.0
+    top[3::11, 2] = np.nan
+    ix = vecsift.QuantizedIndex(128, bits=2)
+    ix.train(x)
+    ix.add_codes(planes, factors, top)
+    assert ix.screens
+    full = _one_by_one(ix, q, 10, screen=0.0)
+    got = _one_by_one(ix, q, 10)
+    assert (got[0] == full[0]).mean() >= 0.99
+    assert got[2] >= _one_by_one(ref, q, 10)[2]  # wider bounds: at least as many blocks refined
