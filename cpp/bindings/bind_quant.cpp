@@ -68,11 +68,11 @@ void add_py(QuantizedIndex& ix, const F32Array& x, long threads, int level) {
   ix.add(p, m, nt, lv);
 }
 
-// (planes, factors), and with top=True (2 bits only) the (m, 4) top-plane factors as a third.
+// (planes, factors), and with top=True (2 and 4 bits) the (m, 4) top-plane factors as a third.
 py::tuple encode_py(const QuantizedIndex& ix, const F32Array& x, long threads, int level, bool top) {
   check_vectors(x, ix.dim(), "vectors");
   require(ix.trained(), "encode needs a trained index (train or add first)");
-  require(!top || ix.bits() == 2, "top factors exist for 2-bit codes only");
+  require(!top || quant_screenable(ix.bits()), "top factors exist for 2- and 4-bit codes only");
   const size_t m = x.shape(0);
   U8Array planes({m, ix.code_bytes()});
   F32Array factors({m, size_t{5}});
@@ -91,7 +91,7 @@ py::tuple encode_py(const QuantizedIndex& ix, const F32Array& x, long threads, i
   return py::make_tuple(planes, factors);
 }
 
-// top: the (m, 4) top-plane factors of 2-bit rows, or None (then later searches cannot screen).
+// top: the (m, 4) top-plane factors of 2- and 4-bit rows, or None (then later searches cannot screen).
 void add_codes_py(QuantizedIndex& ix, const U8Array& planes, const F32Array& factors,
                   const std::optional<F32Array>& top) {
   require_matrix(planes, "planes");
@@ -102,7 +102,7 @@ void add_codes_py(QuantizedIndex& ix, const U8Array& planes, const F32Array& fac
   require(factors.shape(1) == 5 && factors.shape(0) == planes.shape(0), "factors must be (len(planes), 5)");
   const float* pt = nullptr;
   if (top) {
-    require(ix.bits() == 2, "top factors exist for 2-bit codes only");
+    require(quant_screenable(ix.bits()), "top factors exist for 2- and 4-bit codes only");
     require(top->ndim() == 2 && top->shape(1) == 4 && top->shape(0) == planes.shape(0),
             "top must be (len(planes), 4)");
     pt = top->data();
@@ -237,7 +237,7 @@ F32Array factors_py(const QuantizedIndex& ix) {
   return out;
 }
 
-// (n, 4) top-plane factors of a 2-bit index, or None when its rows lack them.
+// (n, 4) top-plane factors of a 2- or 4-bit index, or None when its rows lack them.
 std::optional<F32Array> top_factors_py(const QuantizedIndex& ix) {
   if (!ix.has_top()) return std::nullopt;
   const size_t n = ix.size();
@@ -255,8 +255,8 @@ void set_state_py(QuantizedIndex& ix, const F32Array& rotation, const F32Array& 
   const size_t nblocks = (n + kQuantBlockRows - 1) / kQuantBlockRows;
   require(static_cast<size_t>(blocks.size()) == nblocks * ix.code_bytes() * kQuantBlockRows, "codes have the wrong size");
   require(static_cast<size_t>(factors.size()) == 5 * n, "factors have the wrong size");
-  require(!top || (ix.bits() == 2 && static_cast<size_t>(top->size()) == 4 * n),
-          "top factors must be (n, 4), and exist for 2-bit codes only");
+  require(!top || (quant_screenable(ix.bits()) && static_cast<size_t>(top->size()) == 4 * n),
+          "top factors must be (n, 4), and exist for 2- and 4-bit codes only");
   ix.set_state(rotation.data(), centroid.data(), trained, n, blocks.data(), factors.data(),
                top ? top->data() : nullptr);
 }

@@ -1,4 +1,4 @@
-"""The 1-bit screen of 2-bit scans (cpp/include/vecsift/kernels/quant_screen.hpp): its factors,
+"""The 1-bit screen of 2- and 4-bit scans (cpp/include/vecsift/kernels/quant_screen.hpp): its factors,
 its results against the full scan, its decisions at every SIMD level, persistence and bad input."""
 import struct
 
@@ -12,8 +12,8 @@ from tests import docstring_data
 from tests.index.test_quantised import clustered
 
 
-def _index(x, **kw):
-    ix = vecsift.QuantizedIndex(x.shape[1], bits=2, **kw)
+def _index(x, bits=2, **kw):
+    ix = vecsift.QuantizedIndex(x.shape[1], bits=bits, **kw)
     ix.add(x)
     return ix
 
@@ -32,17 +32,18 @@ def _one_by_one(ix, q, k, level=-1, screen=qm.DEFAULT_SCREEN, allow_mask=None):
     return np.vstack([o[0] for o in out]), np.vstack([o[1] for o in out]), sum(o[2] for o in out)
 
 
+@pytest.mark.parametrize("bits", [2, 4])
 @pytest.mark.parametrize("metric", ["cosine", "ip", "l2"])
-def test_top_factors_are_those_of_the_sign_bit_code(metric, rng):
-    # The top plane of a 2-bit code is the sign-bit code of the same rotated vector, and its factors
-    # are what a 1-bit index with the same rotation, centroid and code_dim computes.
+def test_top_factors_are_those_of_the_sign_bit_code(bits, metric, rng):
+    # The top plane of a 2- or 4-bit code is the sign-bit code of the same rotated vector, and its
+    # factors are what a 1-bit index with the same rotation, centroid and code_dim computes.
     x = clustered(rng, 400, 72)
-    two = vecsift.QuantizedIndex(72, bits=2, metric=metric, seed=3)
+    two = vecsift.QuantizedIndex(72, bits=bits, metric=metric, seed=3)
     one = vecsift.QuantizedIndex(72, bits=1, metric=metric, seed=3, code_dim=two.code_dim)
     two.add(x)
     one.add(x)
     J = two.code_dim // 8
-    np.testing.assert_array_equal(two._index.planes()[:, J:], one._index.planes())
+    np.testing.assert_array_equal(two._index.planes()[:, (bits - 1) * J:], one._index.planes())
     top, f1 = two._index.top_factors(), one._index.factors()
     np.testing.assert_allclose(top[:, 0], f1[:, 0], rtol=1e-5)  # a
     np.testing.assert_array_equal(top[:, 1], f1[:, 1])  # su
@@ -53,8 +54,9 @@ def test_top_factors_are_those_of_the_sign_bit_code(metric, rng):
     np.testing.assert_array_equal(t, top[:50])
 
 
+@pytest.mark.parametrize("bits", [2, 4])
 @pytest.mark.parametrize("data", ["clustered", "docstrings"])
-def test_screened_results_equal_the_full_scan_and_skip_blocks(data, rng):
+def test_screened_results_equal_the_full_scan_and_skip_blocks(data, bits, rng):
     # Many small clusters, queries near rows: a block rarely holds a row near the query, so most
     # blocks can be dropped. (With 20 clusters every block holds a neighbour of every query and the
     # screen reads nearly all of them: measured 99.9% at 96-d.)
@@ -64,7 +66,7 @@ def test_screened_results_equal_the_full_scan_and_skip_blocks(data, rng):
     else:
         _, _, _, x, q = docstring_data.load()
         q, ks = q[:40], (10,)
-    ix = _index(x)
+    ix = _index(x, bits)
     assert ix.screens
     nblocks = -(-len(x) // 32)
     for k in ks:
@@ -84,9 +86,10 @@ def test_screened_results_equal_the_full_scan_and_skip_blocks(data, rng):
             np.testing.assert_array_equal(u, w)
 
 
-def test_screen_decides_the_same_at_every_level(level, rng):
+@pytest.mark.parametrize("bits", [2, 4])
+def test_screen_decides_the_same_at_every_level(bits, level, rng):
     x, q = _many_clusters(rng, 3000, 128, 12)
-    ix = _index(x)
+    ix = _index(x, bits)
     ref = _one_by_one(ix, q, 15, level=0)
     assert ref[2] < 0.7 * len(q) * -(-len(x) // 32)  # blocks were dropped: the decisions mattered
     got = _one_by_one(ix, q, 15, level=level)
@@ -95,9 +98,10 @@ def test_screen_decides_the_same_at_every_level(level, rng):
     assert got[2] == ref[2]
 
 
-def test_screen_respects_allow_and_two_query_calls(rng):
+@pytest.mark.parametrize("bits", [2, 4])
+def test_screen_respects_allow_and_two_query_calls(bits, rng):
     x, q = _many_clusters(rng, 4000, 128, 6)
-    ix = _index(x)
+    ix = _index(x, bits)
     mask = (rng.random(len(x)) < 0.3).astype(np.uint8)
     ids, _, _ = _one_by_one(ix, q, 10, allow_mask=mask)
     full, _, _ = _one_by_one(ix, q, 10, allow_mask=mask, screen=0.0)
@@ -109,19 +113,22 @@ def test_screen_respects_allow_and_two_query_calls(rng):
     assert ix._index.search(q[:3], 10, ix.query_bits, None, None, 1, stats=True)[2] == 3 * nblocks
 
 
-def test_recall_with_the_screen_on_real_embeddings():
+@pytest.mark.parametrize("bits,oversample", [(2, 2), (4, 1)])
+def test_recall_with_the_screen_on_real_embeddings(bits, oversample):
     _, _, _, dv, qv = docstring_data.load()
-    ix = _index(dv)
+    ix = _index(dv, bits)
     truth, _ = vecsift.exact_search(dv, qv, 10, "cosine")
-    got = np.vstack([ix.search(v, 10, oversample=2, rescore=dv)[0] for v in qv])
-    full = np.vstack([ix.search(v, 10, oversample=2, rescore=dv, screen=0)[0] for v in qv])
+    rescore = dv if oversample > 1 else None
+    got = np.vstack([ix.search(v, 10, oversample=oversample, rescore=rescore)[0] for v in qv])
+    full = np.vstack([ix.search(v, 10, oversample=oversample, rescore=rescore, screen=0)[0] for v in qv])
     r = lambda ids: np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids, truth)])
     assert r(got) >= r(full) - 0.002
 
 
-def test_rows_without_top_factors_turn_the_screen_off(rng):
+@pytest.mark.parametrize("bits", [2, 4])
+def test_rows_without_top_factors_turn_the_screen_off(bits, rng):
     x, q = clustered(rng, 1000, 64), clustered(rng, 3, 64)
-    ix = _index(x)
+    ix = _index(x, bits)
     planes, factors, top = ix.encode(x[:40], top=True)
     ix.add_codes(planes, factors, top)
     assert ix.screens and len(ix) == 1040
@@ -135,9 +142,10 @@ def test_rows_without_top_factors_turn_the_screen_off(rng):
     assert not one.screens
 
 
-def test_saved_files_keep_the_screen_and_old_files_search_in_full(tmp_path, rng):
+@pytest.mark.parametrize("bits", [2, 4])
+def test_saved_files_keep_the_screen_and_old_files_search_in_full(bits, tmp_path, rng):
     x, q = clustered(rng, 1500, 64), clustered(rng, 8, 64)
-    ix = _index(x, metric="l2", seed=4)
+    ix = _index(x, bits, metric="l2", seed=4)
     p = tmp_path / "two.vsq"
     ix.save(p)
     back = vecsift.QuantizedIndex.load(p)
@@ -190,16 +198,17 @@ def test_bad_screen_and_top_arguments(rng):
         one.add_codes(one.encode(x[:4])[0], one.encode(x[:4])[1], top)
 
 
-def test_odd_top_factors_only_widen_the_screen(rng):
+@pytest.mark.parametrize("bits", [2, 4])
+def test_odd_top_factors_only_widen_the_screen(bits, rng):
     # Rows given through add_codes with h = 0 (an exact 1-bit code) or a NaN g: the screen must
     # still not drop them (h is floored, a non-finite g makes the row's bound infinite).
     x, q = _many_clusters(rng, 2000, 128, 8)
-    ref = _index(x)
+    ref = _index(x, bits)
     planes, factors, top = ref.encode(x, top=True)
     top = top.copy()
     top[::7, 3] = 0.0
     top[3::11, 2] = np.nan
-    ix = vecsift.QuantizedIndex(128, bits=2)
+    ix = vecsift.QuantizedIndex(128, bits=bits)
     ix.train(x)
     ix.add_codes(planes, factors, top)
     assert ix.screens

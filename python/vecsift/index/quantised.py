@@ -20,13 +20,14 @@ from vecsift.allow import allow_arrays
 from vecsift.errors import CorruptIndexError
 
 SUPPORTED_BITS = (1, 2, 4, 8)
+SCREEN_BITS = (2, 4)  # codes the 1-bit screen reads the top plane of
 _METRICS = ("cosine", "ip", "l2")
 
 _MAGIC = b"VSIFTQNT"
 _KIND = b"rabitq\0\0"
 # 2 adds the rotation kind after query_bits (version 1: dense); 3 adds a flag after it and, when
-# set, the 2-bit rows' top-plane factors (n x 4 float32) after the factors. Older files still load;
-# their 2-bit searches read every block in full (no screen).
+# set, the 2- or 4-bit rows' top-plane factors (n x 4 float32) after the factors. Older files still
+# load; their searches read every block in full (no screen).
 FORMAT_VERSION = 3
 _READ_VERSIONS = (1, 2, 3)
 ROTATIONS = ("dense", "fht")  # index in the file = kind
@@ -155,24 +156,24 @@ class QuantizedIndex:
     def encode(self, vectors, threads: int = 0, top: bool = False):
         """(planes uint8 (n, code_bytes), factors float32 (n, 5)) of rows, not stored; needs a centroid.
 
-        top=True (2-bit codes only) adds a third array, the (n, 4) top-plane factors of the screen."""
+        top=True (2- and 4-bit codes) adds a third array, the (n, 4) top-plane factors of the screen."""
         if not self.trained:
             raise ValueError("encode needs a centroid: call train (or add) first")
-        if top and self.bits != 2:
-            raise ValueError(f"top=True needs 2-bit codes, this index has bits={self.bits}")
+        if top and self.bits not in SCREEN_BITS:
+            raise ValueError(f"top=True needs 2- or 4-bit codes, this index has bits={self.bits}")
         x = as_vectors(vectors, "vectors", dim=self.dim)
         return self._index.encode(x, check_threads(threads), top=bool(top))
 
     @property
     def screens(self) -> bool:
-        """Whether 2-bit searches can use the 1-bit screen (every row has top-plane factors)."""
+        """Whether searches can use the 1-bit screen (2- or 4-bit codes, every row with top-plane factors)."""
         return self._index.has_top
 
     def add_codes(self, planes, factors, top=None) -> None:
         """Appends rows given as encode() returned them (e.g. read back from a file).
 
-        ``top``: 2-bit codes' top-plane factors (n, 4) from ``encode(..., top=True)``; rows added
-        without them turn the 2-bit screen off for this index (searches read every block)."""
+        ``top``: 2- and 4-bit codes' top-plane factors (n, 4) from ``encode(..., top=True)``; rows
+        added without them turn the screen off for this index (searches read every block)."""
         planes = np.ascontiguousarray(planes, dtype=np.uint8)
         factors = np.ascontiguousarray(factors, dtype=np.float32)
         if planes.ndim != 2 or factors.ndim != 2:
@@ -196,8 +197,8 @@ class QuantizedIndex:
         ``allow`` (roaring bitmap, bool mask, or row ids) restricts the scan;
         rows outside it are never scored. Missing results: id -1, score -inf.
 
-        ``screen`` (2-bit codes, calls of one or two queries): blocks of 32 rows
-        are first scored by their top bit plane alone, and only those whose
+        ``screen`` (2- and 4-bit codes, calls of one or two queries): blocks of
+        32 rows are first scored by their top bit plane alone, and only those whose
         upper bound (``screen`` standard deviations) beats the current k-th
         best estimate are read in full; a row is lost only when its 1-bit
         estimate falls that far below. 0 reads every block (the same
@@ -330,7 +331,7 @@ class QuantizedIndex:
         rkind = struct.unpack_from("<I", data, _HEAD.size + _META.size + 4)[0] if version >= 2 else 0  # v1: dense
         has_top = struct.unpack_from("<I", data, _HEAD.size + _META.size + 8)[0] if version >= 3 else 0
         if (bits not in SUPPORTED_BITS or metric >= len(_METRICS) or not 1 <= dim <= cd <= 4096 or cd % 64
-                or not 4 <= qb <= 8 or rkind >= len(ROTATIONS) or has_top > 1 or (has_top and bits != 2)):
+                or not 4 <= qb <= 8 or rkind >= len(ROTATIONS) or has_top > 1 or (has_top and bits not in SCREEN_BITS)):
             raise CorruptIndexError(f"{path}: header fields out of range")
         nblocks = -(-n // 32)
         rot_rows = cd if ROTATIONS[rkind] == "dense" else _core.QUANT_FHT_ROUNDS

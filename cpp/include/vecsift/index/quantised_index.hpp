@@ -39,6 +39,9 @@ namespace vecsift {
 constexpr size_t kQuantMaxDim = 4096;
 
 inline bool quant_bits_supported(int b) { return b == 1 || b == 2 || b == 4 || b == 8; }
+// Codes whose top plane the 1-bit screen reads (quant_screen.hpp): 2 bits (a plane of the blocks)
+// and 4 bits (the nibble layout mixes the planes: a copy of the sign plane is kept beside it).
+inline bool quant_screenable(int b) { return b == 2 || b == 4; }
 
 // Default z of the 1-bit screen of 2-bit scans (quant_screen.hpp); 0 scans every block in full.
 // Measured on 30k PyPI MiniLM rows (512-d codes, 200 queries, k = 20, one query a call): z = 2.5
@@ -63,7 +66,7 @@ class QuantizedIndex {
                  QuantRotationKind rotation = QuantRotationKind::Dense)
       : dim_(dim), dpad_(code_dim ? code_dim : quant_padded_dim(dim)), J_(dpad_ / 8), bits_(bits),
         metric_(metric), seed_(seed), kind_(rotation), layout_(quant_layout_for(bits)),
-        has_top_(bits == 2 && layout_ == QuantLayout::Planes) {
+        has_top_(quant_screenable(bits)) {
     if (dim == 0 || dim > kQuantMaxDim) throw std::invalid_argument("dim must be in [1, 4096]");
     if (dpad_ % 64 || dpad_ < dim || dpad_ > kQuantMaxDim)
       throw std::invalid_argument("code_dim must be a multiple of 64 in [dim, 4096]");
@@ -93,7 +96,7 @@ class QuantizedIndex {
   size_t nbytes() const {
     std::shared_lock<std::shared_mutex> lock(mutex_);
     return data_.capacity_bytes() + 5 * sizeof(float) * factors_a_.capacity() +
-           4 * sizeof(float) * top_a_.capacity();
+           5 * sizeof(float) * top_a_.capacity() + signs_.capacity_bytes();
   }
   // Whether every row carries top-plane factors, so 2-bit searches can screen (quant_screen.hpp).
   bool has_top() const {
@@ -126,13 +129,13 @@ class QuantizedIndex {
       if (!trained_) train_locked(x, m);
     }
     std::vector<uint8_t> planes(m * code_bytes());
-    std::vector<float> factors(m * 5), top(bits_ == 2 ? m * 4 : 0);
+    std::vector<float> factors(m * 5), top(quant_screenable(bits_) ? m * 4 : 0);
     encode(x, m, planes.data(), factors.data(), threads, level, top.empty() ? nullptr : top.data());
     add_codes(planes.data(), factors.data(), m, top.empty() ? nullptr : top.data());
   }
 
   // Codes (m x code_bytes, row-major planes) and factors (m x 5) of m rows,
-  // against the current centroid; nothing is stored. top_out (2 bits only, m x 4):
+  // against the current centroid; nothing is stored. top_out (2 and 4 bits, m x 4):
   // the factors a, su, g, h of the top plane read as a 1-bit code, for the screen.
   void encode(const float* x, size_t m, uint8_t* planes_out, float* factors_out, size_t threads, Level level,
               float* top_out = nullptr) const {
@@ -150,7 +153,7 @@ class QuantizedIndex {
         if (top_out) {  // scratch holds the unit direction o
           double yo = 0, nn = 0;
           for (size_t j = 0; j < dpad_; ++j) {
-            b1[j] = u[j] >> 1;
+            b1[j] = u[j] >> (bits_ - 1);  // the sign of o_j (u >= 2^(B-1) iff o_j >= 0)
             yo += (b1[j] - 0.5) * scratch[j];
             nn += static_cast<double>(r[j]) * r[j];
           }
@@ -183,10 +186,12 @@ class QuantizedIndex {
     for (auto* v : factor_arrays()) v->resize(nblocks * kQuantBlockRows, 0.0f);
     if (m && !top) drop_top();
     for (auto* v : top_arrays()) v->resize(has_top_ ? nblocks * kQuantBlockRows : 0, 0.0f);
+    if (has_top_ && layout_ == QuantLayout::Nibbles) signs_.resize(nblocks * J_ * kQuantBlockRows);
     for (size_t i = 0; i < m; ++i) {
       const float* f = factors + 5 * i;
       store_row(n_ + i, planes + i * code_bytes(), QuantFactors{f[0], f[1], f[2], f[3], f[4]});
       if (has_top_) store_top(n_ + i, top + 4 * i);
+      if (has_top_ && layout_ == QuantLayout::Nibbles) store_sign(n_ + i, planes + i * code_bytes());
     }
     n_ = total;
   }
@@ -246,7 +251,9 @@ class QuantizedIndex {
       if (screened) est1[i] = estimator(qs[i], 1);
       // Built once per query rather than per chunk; a large batch builds them per chunk (7 KiB a query
       // at 448 dims and 8-bit queries would add up).
-      if (nq <= 256 && layout_ == QuantLayout::Planes)
+      // the nibble layout's query has no plane tables: the screen's sign plane needs them
+      if (screened && layout_ == QuantLayout::Nibbles) build_query_luts(qs[i].qu.data(), dpad_, qbits, qs[i].luts);
+      if (nq <= 256 && (layout_ == QuantLayout::Planes || screened))
         quant_wide_tables(level, qs[i].luts.data(), J_, qs[i].passes(), qs[i].wide);
     });
     const QuantBlocks blocks = view(allow);
@@ -264,11 +271,16 @@ class QuantizedIndex {
       threads = std::max<size_t>(1, std::min(threads, nq * nblocks * block_stride() / (size_t{4} << 20)));
     using Top = TopKBuffer<float>;
     std::vector<Top> tops;
-    // The screen's views: the top and the low plane of the same blocks.
+    // The screen's views: 2 bits, the top and the low plane of the same blocks; 4 bits, the copy of
+    // the sign plane (blocks of one plane).
     QuantBlocks top_view = blocks, low_view = blocks;
-    if (screened) top_view.data += J_ * kQuantBlockRows;
     top_view.bits = low_view.bits = 1;
-    top_view.stride = low_view.stride = block_stride();
+    if (layout_ == QuantLayout::Nibbles) {
+      top_view.data = signs_.data();
+    } else {
+      if (screened) top_view.data += J_ * kQuantBlockRows;
+      top_view.stride = low_view.stride = block_stride();
+    }
     std::atomic<size_t> refined{0};
     auto scan = [&](size_t q, size_t b0, size_t b1, Top& top) {
       Sink sink{top, QuantScoreArgs{factors_a_.data(), factors_su_.data(), factors_add_.data(), est[q]}};
@@ -294,9 +306,20 @@ class QuantizedIndex {
       const float zs = screen * qq.mq * std::sqrt(qq.norm2 + (top_h_min_ < kInf ? c / top_h_min_ : 0.0f));
       const QuantScreenArgs f{QuantScoreArgs{top_a_.data(), top_su_.data(), factors_add_.data(), est1[q]},
                               top_w_.data(), zs};
+      // The full S of a block that passes: 2 bits, S_top from the screen and the low plane read now;
+      // 4 bits, the nibble scan of the block.
+      auto full_S = [&](size_t b, const uint32_t* S_top, uint32_t* S) {
+        QuantBlockCapture cap{S};
+        if (layout_ == QuantLayout::Nibbles) {
+          quant_nibble_sums(level, blocks, qq.words.data(), qbits, b, b + 1, cap);
+          return;
+        }
+        quant_sums(level, low_view, qq.luts.data(), qq.passes(), b, b + 1, cap, wide);
+        for (size_t l = 0; l < kQuantBlockRows; ++l) S[l] += 2 * S_top[l];
+      };
       // 2k seed blocks: measured at z = 3, 20% of blocks refined against 28% with k seeds.
-      const size_t r = quant_screened_scan(level, top_view, low_view, qq.luts.data(), qq.passes(), wide, f, b0, b1,
-                                           2 * k, sink);
+      const size_t r = quant_screened_scan(level, top_view, qq.luts.data(), qq.passes(), wide, f, b0, b1, 2 * k,
+                                           full_S, sink);
       if (refined_out) refined += r;
     };
     if (nq >= threads) {
@@ -412,11 +435,17 @@ class QuantizedIndex {
       factors_a_[r] = factors[5 * r], factors_su_[r] = factors[5 * r + 1], factors_add_[r] = factors[5 * r + 2];
       factors_g_[r] = factors[5 * r + 3], factors_h_[r] = factors[5 * r + 4];
     }
-    has_top_ = bits_ == 2 && layout_ == QuantLayout::Planes;
+    has_top_ = quant_screenable(bits_);
     top_h_min_ = kInf;
     if (n && !top) drop_top();
     for (auto* v : top_arrays()) v->assign(has_top_ ? nblocks * kQuantBlockRows : 0, 0.0f);
     for (size_t r = 0; has_top_ && r < n; ++r) store_top(r, top + 4 * r);
+    if (has_top_ && layout_ == QuantLayout::Nibbles) {  // the sign plane: plane B-1 of each saved block
+      signs_.resize(nblocks * J_ * kQuantBlockRows);
+      const size_t plane = J_ * kQuantBlockRows;
+      for (size_t b = 0; b < nblocks; ++b)
+        std::memcpy(signs_.data() + b * plane, blocks + (b * bits_ + bits_ - 1) * plane, plane);
+    }
   }
 
  private:
@@ -456,6 +485,12 @@ class QuantizedIndex {
     has_top_ = false;
     top_h_min_ = kInf;
     for (auto* v : top_arrays()) std::vector<float>().swap(*v);
+    signs_ = HugeBuffer<uint8_t>();
+  }
+  // The sign plane (the last of the row-major planes) of row r into the 4-bit index's copy.
+  void store_sign(size_t r, const uint8_t* planes) {
+    quant_put_row(signs_.data() + (r / kQuantBlockRows) * J_ * kQuantBlockRows, r % kQuantBlockRows, 1, J_,
+                  QuantLayout::Planes, planes + (bits_ - 1) * J_);
   }
   // Also the screen's w = g1 * sqrt(max(h1, floor)), rounded up, and the least such h1 (quant_screen.hpp).
   void store_top(size_t r, const float* t) {
@@ -520,9 +555,10 @@ class QuantizedIndex {
   std::vector<float> rotation_, centroid_;
   HugeBuffer<uint8_t> data_;  // blocks of 32 rows in layout_ (quant_layout.hpp)
   std::vector<float> factors_a_, factors_su_, factors_add_, factors_g_, factors_h_;
-  bool has_top_;  // every row has top-plane factors (2-bit plane codes only)
+  bool has_top_;  // every row has top-plane factors (2- and 4-bit codes)
   std::vector<float> top_a_, top_su_, top_g_, top_h_;  // the top plane as a 1-bit code (quant_screen.hpp)
   std::vector<float> top_w_;  // the screen's per-row bound factor
+  HugeBuffer<uint8_t> signs_;  // 4 bits: the sign plane in blocks of one plane, for the screen
   float top_h_min_ = std::numeric_limits<float>::infinity();
   mutable std::shared_mutex mutex_;
 };

@@ -1,8 +1,8 @@
-// The 1-bit screen of a 2-bit scan (Extended RaBitQ's idea of a cheap first
-// estimate from the most significant bits).
+// The 1-bit screen of 2- and 4-bit scans (Extended RaBitQ's idea of a cheap
+// first estimate from the most significant bits).
 //
-// The top plane of a 2-bit code is the code's sign bits: bit 1 of
-// u = floor(t*o + 2) is set iff o_i >= 0. Read alone it is a 1-bit RaBitQ code
+// The top plane of a B-bit code is the code's sign bits: bit B-1 of
+// u = floor(t*o + 2^(B-1)) is set iff o_i >= 0. Read alone it is a 1-bit RaBitQ code
 // of the same vector, with factors of its own (a1, su1, g1, h1: quant_codes.hpp
 // with y = b - 1/2), so the S of the top plane against the query gives an
 // unbiased estimate est1 and its z-sigma upper bound
@@ -15,8 +15,9 @@
 // stream and a sqrt a row.
 //
 // A block none of whose rows has hi above the current k-th best estimate is
-// dropped without reading its low plane; the others get S = 2 * S_top + S_low,
-// the same integer as a full 2-bit scan, and are scored as usual. So a row is
+// dropped without reading the rest of its code; the others get the full S (2 bits:
+// 2 * S_top + S_low; 4 bits: the nibble scan of the block), the same integer as a
+// full scan, and are scored as usual. So a row is
 // lost only when its 1-bit estimate falls z sigma below the k-th best 2-bit
 // estimate; otherwise the k best rows are exactly those of the full scan.
 //
@@ -115,10 +116,12 @@ struct QuantScreenCollect {
 // measured 47% of blocks at z = 3 that way against 19% with the final bar); phase 3 scores the
 // other blocks whose bound beats need. Returns the number of blocks scored in full.
 // wide: the query's AVX-512 tables (required at that level).
-template <class Full>
-inline size_t quant_screened_scan(Level level, const QuantBlocks& top_view, const QuantBlocks& low_view,
-                                  const uint8_t* luts, int passes, const uint8_t* wide, const QuantScreenArgs& f,
-                                  size_t b0, size_t b1, size_t seeds, Full& full) {
+// full_S(b, S_top, S) writes the full S of block b (the caller's codes: the low plane of 2-bit
+// blocks, the nibbles of 4-bit ones).
+template <class FullS, class Full>
+inline size_t quant_screened_scan(Level level, const QuantBlocks& top_view, const uint8_t* luts, int passes,
+                                  const uint8_t* wide, const QuantScreenArgs& f, size_t b0, size_t b1, size_t seeds,
+                                  FullS&& full_S, Full& full) {
   if (b1 <= b0) return 0;
   const size_t nb = b1 - b0;
   thread_local std::vector<uint32_t> S_top;  // reused: a fresh 100k-row buffer a query would page-fault
@@ -133,10 +136,7 @@ inline size_t quant_screened_scan(Level level, const QuantBlocks& top_view, cons
   auto refine = [&](size_t i) {
     const size_t b = b0 + i;
     alignas(64) uint32_t S[kQuantBlockRows];
-    QuantBlockCapture cap{S};
-    quant_sums(level, low_view, luts, passes, b, b + 1, cap, wide);
-    const uint32_t* st = S_top.data() + i * kQuantBlockRows;
-    for (size_t l = 0; l < kQuantBlockRows; ++l) S[l] += 2 * st[l];
+    full_S(b, S_top.data() + i * kQuantBlockRows, S);
     full.block(b, top_view.lane_mask(b), S, level);
     max_hi[i] = -std::numeric_limits<float>::infinity();  // done: phase 3 skips it
     ++refined;

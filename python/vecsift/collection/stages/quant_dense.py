@@ -2,7 +2,7 @@
 
 Files: ``codes-G.q`` is an append-only row file, one row per vector: the code
 planes followed by the five float32 factors (QuantizedIndex.encode) and, for
-2-bit codes in "rabitq-v2" collections, the four top-plane factors of the 1-bit
+2- and 4-bit codes in "rabitq-v2" collections, the four top-plane factors of the 1-bit
 screen (``encode(..., top=True)``); the
 model (rotation, centroid, parameters) is ``quant-G.vsq``, written once the
 centroid is set by the first rows added (QuantizedIndex.save(rows=False)).
@@ -29,7 +29,8 @@ import numpy as np
 from vecsift import _core
 from vecsift.allow import allow_arrays
 from vecsift.errors import CorruptIndexError
-from vecsift.index.quantised import SUPPORTED_BITS, QuantizedIndex, compact_code_dim, default_query_bits
+from vecsift.index.quantised import (SCREEN_BITS, SUPPORTED_BITS, QuantizedIndex, compact_code_dim,
+                                     default_query_bits)
 from vecsift.storage.checksum import file_checksum, value_of
 from vecsift.storage import fileops
 from vecsift.storage.framing import missing_file
@@ -38,7 +39,7 @@ from vecsift.storage.rowfile import RowFile
 CODES_FORMAT = "rabitq-v2"  # what new collections write
 READ_FORMATS = ("rabitq-v1", "rabitq-v2")
 FACTOR_BYTES = 20  # five float32 factors a row
-TOP_BYTES = 16  # four float32 top-plane factors a 2-bit row (rabitq-v2)
+TOP_BYTES = 16  # four float32 top-plane factors a 2- or 4-bit row (rabitq-v2)
 
 # Chosen by measurement (bench/bench_quantised.py --collection, 30k PyPI MiniLM
 # rows, 1k held-out queries; docs/quantised.md): 2-bit codes, the best 4 x k
@@ -105,7 +106,7 @@ class QuantBQDense:
 
     @staticmethod
     def has_top(index: QuantizedIndex, fmt: str) -> bool:
-        return fmt == "rabitq-v2" and index.bits == 2
+        return fmt == "rabitq-v2" and index.bits in SCREEN_BITS
 
     @classmethod
     def width(cls, index: QuantizedIndex, fmt: str = CODES_FORMAT) -> int:
