@@ -229,7 +229,7 @@ def frame_again(fields, payload: bytes) -> bytes:
 INTERESTING_INTS = (0, 1, -1, 2, 7, 8, 63, 64, 255, 256, 4096, 65535, 2**31 - 1, 2**31, 2**32 - 1, 2**32,
                     2**53, 2**63 - 1, 2**63, 2**64 - 1, -2**31, -2**63, 10**30)
 INTERESTING_STRS = ("", "x", "../MANIFEST", "/etc/passwd", "MANIFEST", "LOCK", "nul\x00byte", "é" * 3,
-                    "vectors-0.f32", "seg-1.arrow", "$eq", "cosine", "l2", "hnsw", "bq", "rabitq-v1")
+                    "vectors-0.f32", "seg-1.arrow", "$eq", "cosine", "l2", "hnsw", "bq", "rabitq-v1", "rabitq-v2")
 
 
 def pick(fdp, seq):
