@@ -200,14 +200,18 @@ def test_bad_screen_and_top_arguments(rng):
 
 @pytest.mark.parametrize("bits", [2, 4])
 def test_odd_top_factors_only_widen_the_screen(bits, rng):
-    # Rows given through add_codes with h = 0 (an exact 1-bit code) or a NaN g: the screen must
-    # still not drop them (h is floored, a non-finite g makes the row's bound infinite).
+    # Rows given through add_codes with h = 0 (an exact 1-bit code), a NaN g or a, or an infinite h:
+    # the screen must still not drop them (h is floored, a non-finite factor makes the row's bound
+    # infinite).
     x, q = _many_clusters(rng, 2000, 128, 8)
     ref = _index(x, bits)
     planes, factors, top = ref.encode(x, top=True)
     top = top.copy()
-    top[::7, 3] = 0.0
-    top[3::11, 2] = np.nan
+    # one kind of junk per block, so no junk row's infinite bound opens another's block
+    top[32:64:7, 3] = 0.0
+    top[64:96:5, 2] = np.nan
+    top[96:128:5, 0] = np.nan  # a NaN 1-bit estimate: its block is read in full
+    top[128:160:5, 3] = np.inf
     ix = vecsift.QuantizedIndex(128, bits=bits)
     ix.train(x)
     ix.add_codes(planes, factors, top)
@@ -216,3 +220,6 @@ def test_odd_top_factors_only_widen_the_screen(bits, rng):
     got = _one_by_one(ix, q, 10)
     assert (got[0] == full[0]).mean() >= 0.99
     assert got[2] >= _one_by_one(ref, q, 10)[2]  # wider bounds: at least as many blocks refined
+    # rows with junk top factors are still found: each row as its own query
+    for r in (32, 39, 64, 69, 96, 101, 126, 128, 133):
+        assert r in _one_by_one(ix, x[r][None], 3)[0][0]

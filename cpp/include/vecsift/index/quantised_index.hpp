@@ -43,7 +43,7 @@ inline bool quant_bits_supported(int b) { return b == 1 || b == 2 || b == 4 || b
 // and 4 bits (the nibble layout mixes the planes: a copy of the sign plane is kept beside it).
 inline bool quant_screenable(int b) { return b == 2 || b == 4; }
 
-// Default z of the 1-bit screen of 2-bit scans (quant_screen.hpp); 0 scans every block in full.
+// Default z of the 1-bit screen of 2- and 4-bit scans (quant_screen.hpp); 0 scans every block in full.
 // Measured on 30k PyPI MiniLM rows (512-d codes, 200 queries, k = 20, one query a call): z = 2.5
 // scores 15% of blocks in full, 3 20%, 4 34%, and the top 20 equalled the full scan's at each;
 // one query 122 us at z = 3 against 166 us unscreened (bench/bench_quantised.py has the same-run ratios).
@@ -98,7 +98,7 @@ class QuantizedIndex {
     return data_.capacity_bytes() + 5 * sizeof(float) * factors_a_.capacity() +
            5 * sizeof(float) * top_a_.capacity() + signs_.capacity_bytes();
   }
-  // Whether every row carries top-plane factors, so 2-bit searches can screen (quant_screen.hpp).
+  // Whether every row carries top-plane factors, so 2- and 4-bit searches can screen (quant_screen.hpp).
   bool has_top() const {
     std::shared_lock<std::shared_mutex> lock(mutex_);
     return has_top_;
@@ -178,7 +178,7 @@ class QuantizedIndex {
   }
 
   // Appends m rows given as encode() returns them. Rows without top factors (top null) turn the
-  // screen off for good: every later 2-bit search reads both planes of every block.
+  // screen off for good: every later search reads every block in full.
   void add_codes(const uint8_t* planes, const float* factors, size_t m, const float* top = nullptr) {
     std::unique_lock<std::shared_mutex> lock(mutex_);
     const size_t total = n_ + m, nblocks = (total + kQuantBlockRows - 1) / kQuantBlockRows;
@@ -235,7 +235,7 @@ class QuantizedIndex {
 
   // Top-k by estimate. Missing results: id -1, score -inf.
   // With out_lo/out_hi, also the z-sigma bounds of each result (-inf where none).
-  // screen: z of the 1-bit screen of 2-bit scans (0: off); refined_out, if given, receives the
+  // screen: z of the 1-bit screen of 2- and 4-bit scans (0: off); refined_out, if given, receives the
   // number of blocks scored in full (all of them without the screen), summed over queries.
   void search(const float* queries, size_t nq, size_t k, int qbits, const AllowSet* allow, size_t threads,
               int64_t* out_ids, float* out_scores, Level level, float z = 0, float* out_lo = nullptr,
@@ -497,15 +497,15 @@ class QuantizedIndex {
     top_a_[r] = t[0], top_su_[r] = t[1], top_g_[r] = t[2], top_h_[r] = t[3];
     const double g = t[2], h = std::max(static_cast<double>(t[3]), kScreenHFloor);
     float w = 0.0f;
-    if (g > 0) {  // a non-finite or negative factor disables the screen's bound for the row: always refined
+    if (!std::isfinite(g) || !std::isfinite(h) || g < 0) {
+      w = kInf;  // a factor that cannot bound: the row's block is always read in full
+    } else if (g > 0) {
       const double exact = g * std::sqrt(h);
       w = static_cast<float>(exact);
       if (static_cast<double>(w) < exact) w = std::nextafter(w, kInf);
       float hf = static_cast<float>(h);  // rounded down: a smaller h_min only widens the bound
       if (static_cast<double>(hf) > h) hf = std::nextafter(hf, 0.0f);
       top_h_min_ = std::min(top_h_min_, hf);
-    } else if (!(g == 0)) {
-      w = kInf;
     }
     top_w_[r] = w;
   }

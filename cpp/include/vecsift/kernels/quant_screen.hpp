@@ -54,16 +54,19 @@ constexpr double kScreenHFloor = 1e-7;
 
 inline float quant_screen_hi(const QuantScreenArgs& f, size_t r, uint32_t S) {
   const float e = f.top.e(S, f.top.a[r], f.top.su[r], f.top.add[r]);
-  return e + f.zs * f.w[r];
+  const float hi = e + f.zs * f.w[r];
+  return hi == hi ? hi : std::numeric_limits<float>::infinity();  // NaN: cannot tell, so read the block
 }
 
-// The largest upper bound among the masked lanes of a block (-inf if none). A NaN bound never wins
-// (max(hi, m) keeps m at every level), so the decision is the same at every level.
+// The largest upper bound among the masked lanes of a block (-inf if none). A NaN bound (junk
+// top factors given to add_codes) counts as +inf: such a row's block is always read in full, and
+// the full estimate decides, as without the screen.
 __attribute__((target("avx512f"))) inline float quant_screen_max_avx512(const QuantScreenArgs& f, size_t row0,
                                                                         const uint32_t* S, uint32_t mask) {
   const QuantEstimator& q = f.top.e;
   const __m512 dq = _mm512_set1_ps(q.dq), lo = _mm512_set1_ps(q.lo), K = _mm512_set1_ps(q.K),
-               mq = _mm512_set1_ps(q.mq), cq = _mm512_set1_ps(q.cq), zs = _mm512_set1_ps(f.zs);
+               mq = _mm512_set1_ps(q.mq), cq = _mm512_set1_ps(q.cq), zs = _mm512_set1_ps(f.zs),
+               inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (size_t l = 0; l < kQuantBlockRows; l += 16) {
     const size_t r = row0 + l;
@@ -71,7 +74,8 @@ __attribute__((target("avx512f"))) inline float quant_screen_max_avx512(const Qu
     const __m512 t3 = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(dq, s), _mm512_mul_ps(lo, _mm512_loadu_ps(f.top.su + r))), K);
     const __m512 e = _mm512_add_ps(_mm512_mul_ps(mq, _mm512_mul_ps(_mm512_loadu_ps(f.top.a + r), t3)),
                                    _mm512_add_ps(_mm512_loadu_ps(f.top.add + r), cq));
-    const __m512 hi = _mm512_add_ps(e, _mm512_mul_ps(zs, _mm512_loadu_ps(f.w + r)));
+    __m512 hi = _mm512_add_ps(e, _mm512_mul_ps(zs, _mm512_loadu_ps(f.w + r)));
+    hi = _mm512_mask_mov_ps(hi, _mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q), inf);
     m = _mm512_mask_max_ps(m, static_cast<__mmask16>(mask >> l), hi, m);
   }
   return _mm512_reduce_max_ps(m);
