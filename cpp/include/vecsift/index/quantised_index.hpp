@@ -52,6 +52,13 @@ constexpr float kQuantScreenZ = 3.0f;
 // sweep, which loses the chunked batch scan's reuse of codes in L2. Measured (same rows, us a
 // query, unscreened / screened): 1 query a call 191 / 140, 2: 152 / 136, 4: 130 / 134, 8: 117 / 134.
 constexpr size_t kQuantScreenMaxQueries = 2;
+// ... and codes of at least this many bytes a row: below, the screen's work per block (bounds,
+// selection, a kernel call per refined block) outweighs the bytes it saves. Measured (100k PyPI
+// rows cut to d dimensions, one query a call, us full / screened): 2 bits, code_dim 128 (32 bytes)
+// 219 / 355, 192: 293 / 376, 256 (64 bytes) 334 / 354, 384 (96 bytes) 619 / 490; 4 bits, code_dim
+// 128 (64 bytes) 367 / 420, 192 (96 bytes) 476 / 429, 256: 624 / 430. GloVe 50-d (2 bits,
+// 128-d codes, 399k rows, k = 80): 800 / 1,265.
+constexpr size_t kQuantScreenMinCodeBytes = 96;
 
 // How rows and queries are rotated (quant_rotation.hpp); recorded in saved files.
 enum class QuantRotationKind : int { Dense = 0, FHT = 1 };
@@ -241,7 +248,8 @@ class QuantizedIndex {
               int64_t* out_ids, float* out_scores, Level level, float z = 0, float* out_lo = nullptr,
               float* out_hi = nullptr, float screen = kQuantScreenZ, size_t* refined_out = nullptr) const {
     std::shared_lock<std::shared_mutex> lock(mutex_);
-    const bool screened = screen > 0 && has_top_ && nq <= kQuantScreenMaxQueries;
+    const bool screened =
+        screen > 0 && has_top_ && nq <= kQuantScreenMaxQueries && code_bytes() >= kQuantScreenMinCodeBytes;
     if (allow && allow->size() != n_) throw std::invalid_argument("allow length does not match the index size");
     std::vector<QuantQuery> qs(nq);
     std::vector<QuantEstimator> est(nq), est1(screened ? nq : 0);
