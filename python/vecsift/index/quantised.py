@@ -197,12 +197,12 @@ class QuantizedIndex:
         ``allow`` (roaring bitmap, bool mask, or row ids) restricts the scan;
         rows outside it are never scored. Missing results: id -1, score -inf.
 
-        ``screen`` (2- and 4-bit codes of >= 96 bytes a row, e.g. 384-d; calls of
-        one or two queries): blocks of 32 rows are first scored by their top bit plane alone, and only those whose
-        upper bound (``screen`` standard deviations) beats the current k-th
-        best estimate are read in full; a row is lost only when its 1-bit
-        estimate falls that far below. 0 reads every block (the same
-        candidates as before the screen existed).
+        ``screen`` (2- and 4-bit codes of >= 96 bytes a row, e.g. 384-d; calls
+        of one or two queries): blocks of 32 rows are first scored by their top
+        bit plane alone, and only those whose upper bound (``screen`` standard
+        deviations) beats the current k-th best estimate are read in full; a
+        row is lost only when its 1-bit estimate falls that far below. 0 reads
+        every block (the same candidates as before the screen existed).
         """
         k = check_k(k)
         oversample = _int_arg(oversample, "oversample")
