@@ -153,6 +153,11 @@ def test_rabitq_v1_collections_open_append_and_search_without_the_screen(tmp_pat
     assert recall(old.search_rows(qv, k=10)[0], truth) >= 0.97
     old.close()
     new.close()
+    old = vecsift.open(tmp_path / "old")  # compact() rewrites the codes in the current format
+    old.compact()
+    assert old._manifest.dense["codes"] == "rabitq-v2" and old._dense.index.screens
+    assert recall(old.search_rows(qv, k=10)[0], truth) >= 0.97
+    old.close()
 
 
 def test_corrupt_model_file_is_refused(tmp_path, real):
