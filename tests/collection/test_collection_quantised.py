@@ -153,10 +153,12 @@ def test_rabitq_v1_collections_open_append_and_search_without_the_screen(tmp_pat
     assert recall(old.search_rows(qv, k=10)[0], truth) >= 0.97
     old.close()
     new.close()
-    old = vecsift.open(tmp_path / "old")  # compact() rewrites the codes in the current format
+    old = vecsift.open(tmp_path / "old")  # compacting rewrites the codes in the current format
+    old.delete(ids=[f"id{len(dv) - 1}"])
+    old.commit()
     old.compact()
     assert old._manifest.dense["codes"] == "rabitq-v2" and old._dense.index.screens
-    assert recall(old.search_rows(qv, k=10)[0], truth) >= 0.97
+    assert recall(old.search_rows(qv, k=10)[0], truth) >= 0.96
     old.close()
 
 
