@@ -453,6 +453,7 @@ void bind_quant(py::module_& m) {
   m.def("quant_rotate", &rotate_py, py::arg("cols"), py::arg("x"), py::arg("level") = -1);
   m.def("quant_fht_rotate", &fht_rotate_py, py::arg("signs"), py::arg("x"), py::arg("level") = -1);
   m.attr("QUANT_FHT_ROUNDS") = kFhtRounds;
+  m.attr("QUANT_SCREEN_Z") = kQuantScreenZ;
   m.def("quant_parts_candidates", &parts_candidates_py, py::arg("indexes"), py::arg("query"), py::arg("candidates"),
         py::arg("threads"), py::arg("k"), py::arg("query_bits"), py::arg("confidence") = py::none(),
         py::arg("level") = -1,

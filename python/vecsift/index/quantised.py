@@ -67,7 +67,7 @@ def default_query_bits(bits: int) -> int:
     return 4 if bits <= 2 else 8
 
 
-DEFAULT_SCREEN = 3.0  # _core's kQuantScreenZ; docs/quantised.md has the measurements
+DEFAULT_SCREEN = _core.QUANT_SCREEN_Z  # z of the 1-bit screen (3); docs/quantised.md has the measurements
 
 
 def _int_arg(x, name: str) -> int:

@@ -364,7 +364,8 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const 
         quant_plane_avx512<1>(src, luts, J, p, acc);
     }
     // Two 64-byte stores, not four of 32: the scoring loads S 64 bytes at a time, and a load that
-    // spans two stores cannot be forwarded from them (it waits for both to retire).
+    // spans two stores cannot be forwarded from them (it waits for both to retire). Measured within
+    // the noise on the model-167 Xeon; kept as the form that cannot stall.
     _mm512_store_si512(S, _mm512_inserti64x4(_mm512_castsi256_si512(acc[0]), acc[1], 1));
     _mm512_store_si512(S + 16, _mm512_inserti64x4(_mm512_castsi256_si512(acc[2]), acc[3], 1));
     sink.block(b, mask, S, Level::AVX512);
@@ -408,20 +409,27 @@ __attribute__((target("avx2"))) inline uint32_t quant_scores_above_avx2(const Qu
   return pass;
 }
 
-// The same operations sixteen rows at a time (half the instructions of the AVX2 form; the same bits).
+// The estimates of rows r .. r+15 from their S (the operations of QuantEstimator, sixteen rows at a
+// time: the same bits). Shared by the scoring below and the 1-bit screen (quant_screen.hpp).
+__attribute__((target("avx512f"))) inline __m512 quant_estimates16_avx512(const QuantScoreArgs& f, size_t r,
+                                                                          const uint32_t* S) {
+  const __m512 s = _mm512_cvtepi32_ps(_mm512_loadu_si512(S));
+  const __m512 t1 = _mm512_mul_ps(_mm512_set1_ps(f.e.dq), s);
+  const __m512 t2 = _mm512_mul_ps(_mm512_set1_ps(f.e.lo), _mm512_loadu_ps(f.su + r));
+  const __m512 t3 = _mm512_sub_ps(_mm512_add_ps(t1, t2), _mm512_set1_ps(f.e.K));
+  const __m512 t4 = _mm512_mul_ps(_mm512_loadu_ps(f.a + r), t3);
+  return _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(f.e.mq), t4),
+                       _mm512_add_ps(_mm512_loadu_ps(f.add + r), _mm512_set1_ps(f.e.cq)));
+}
+
+// Half the instructions of the AVX2 form; the same bits.
 __attribute__((target("avx512f"))) inline uint32_t quant_scores_above_avx512(const QuantScoreArgs& f, size_t row0,
                                                                              const uint32_t* S, float need,
                                                                              float* est) {
-  const __m512 dq = _mm512_set1_ps(f.e.dq), lo = _mm512_set1_ps(f.e.lo), K = _mm512_set1_ps(f.e.K),
-               mq = _mm512_set1_ps(f.e.mq), cq = _mm512_set1_ps(f.e.cq), nd = _mm512_set1_ps(need);
+  const __m512 nd = _mm512_set1_ps(need);
   uint32_t pass = 0;
   for (size_t l = 0; l < kQuantBlockRows; l += 16) {
-    const __m512 s = _mm512_cvtepi32_ps(_mm512_loadu_si512(S + l));
-    const __m512 t1 = _mm512_mul_ps(dq, s);
-    const __m512 t2 = _mm512_mul_ps(lo, _mm512_loadu_ps(f.su + row0 + l));
-    const __m512 t3 = _mm512_sub_ps(_mm512_add_ps(t1, t2), K);
-    const __m512 t4 = _mm512_mul_ps(_mm512_loadu_ps(f.a + row0 + l), t3);
-    const __m512 e = _mm512_add_ps(_mm512_mul_ps(mq, t4), _mm512_add_ps(_mm512_loadu_ps(f.add + row0 + l), cq));
+    const __m512 e = quant_estimates16_avx512(f, row0 + l, S + l);
     _mm512_storeu_ps(est + l, e);
     pass |= static_cast<uint32_t>(_mm512_cmp_ps_mask(e, nd, _CMP_GT_OQ)) << l;
   }

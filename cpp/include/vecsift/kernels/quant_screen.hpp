@@ -63,17 +63,11 @@ inline float quant_screen_hi(const QuantScreenArgs& f, size_t r, uint32_t S) {
 // the full estimate decides, as without the screen.
 __attribute__((target("avx512f"))) inline float quant_screen_max_avx512(const QuantScreenArgs& f, size_t row0,
                                                                         const uint32_t* S, uint32_t mask) {
-  const QuantEstimator& q = f.top.e;
-  const __m512 dq = _mm512_set1_ps(q.dq), lo = _mm512_set1_ps(q.lo), K = _mm512_set1_ps(q.K),
-               mq = _mm512_set1_ps(q.mq), cq = _mm512_set1_ps(q.cq), zs = _mm512_set1_ps(f.zs),
-               inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
+  const __m512 zs = _mm512_set1_ps(f.zs), inf = _mm512_set1_ps(std::numeric_limits<float>::infinity());
   __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (size_t l = 0; l < kQuantBlockRows; l += 16) {
     const size_t r = row0 + l;
-    const __m512 s = _mm512_cvtepi32_ps(_mm512_loadu_si512(S + l));
-    const __m512 t3 = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(dq, s), _mm512_mul_ps(lo, _mm512_loadu_ps(f.top.su + r))), K);
-    const __m512 e = _mm512_add_ps(_mm512_mul_ps(mq, _mm512_mul_ps(_mm512_loadu_ps(f.top.a + r), t3)),
-                                   _mm512_add_ps(_mm512_loadu_ps(f.top.add + r), cq));
+    const __m512 e = quant_estimates16_avx512(f.top, r, S + l);
     __m512 hi = _mm512_add_ps(e, _mm512_mul_ps(zs, _mm512_loadu_ps(f.w + r)));
     hi = _mm512_mask_mov_ps(hi, _mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q), inf);
     m = _mm512_mask_max_ps(m, static_cast<__mmask16>(mask >> l), hi, m);
@@ -120,12 +114,12 @@ struct QuantScreenCollect {
   }
 };
 
-// A screened 2-bit scan of blocks [b0, b1) for one query into `full` (the scoring sink, which owns the
-// top-k and reports need(), its current k-th best estimate). Phase 1 reads the top plane of every
-// block; phase 2 scores in full the `seeds` blocks with the largest bounds, so need starts near its
-// final value (a scan in row order would refine most early blocks against a low k-th best:
-// measured 47% of blocks at z = 3 that way against 19% with the final bar); phase 3 scores the
-// other blocks whose bound beats need. Returns the number of blocks scored in full.
+// A screened 2- or 4-bit scan of blocks [b0, b1) for one query into `full` (the scoring sink, which
+// owns the top-k and reports need(), its current k-th best estimate). Phase 1 reads the top plane of
+// every block; phase 2 scores in full the `seeds` blocks with the largest bounds, so need starts near
+// its final value (a scan in row order would refine most early blocks against a low k-th best:
+// measured 47% of blocks at z = 3 that way against 20% with 2k seeds); phase 3 scores the other
+// blocks whose bound beats need. Returns the number of blocks scored in full.
 // wide: the query's AVX-512 tables (required at that level).
 // full_S(b, S_top, S) writes the full S of block b (the caller's codes: the low plane of 2-bit
 // blocks, the nibbles of 4-bit ones).
@@ -136,8 +130,7 @@ inline size_t quant_screened_scan(Level level, const QuantBlocks& top_view, cons
   if (b1 <= b0) return 0;
   const size_t nb = b1 - b0;
   thread_local std::vector<uint32_t> S_top;  // reused: a fresh 100k-row buffer a query would page-fault
-  thread_local std::vector<float> max_hi;
-  thread_local std::vector<uint32_t> order;
+  thread_local std::vector<float> max_hi, vals;
   S_top.resize(nb * kQuantBlockRows);
   max_hi.assign(nb, -std::numeric_limits<float>::infinity());
   QuantScreenCollect collect{f, b0, S_top.data(), max_hi.data()};
@@ -153,18 +146,16 @@ inline size_t quant_screened_scan(Level level, const QuantBlocks& top_view, cons
     ++refined;
   };
   // Seeds: the blocks whose bound is at least the seeds-th largest (ties may add a few), in row order.
-  order.clear();
+  // The bar is one of the bounds, so it is above -inf: blocks with no lane to score never pass it.
+  vals.clear();
   for (size_t i = 0; i < nb; ++i)
-    if (max_hi[i] > -std::numeric_limits<float>::infinity()) order.push_back(static_cast<uint32_t>(i));
-  if (seeds && !order.empty()) {
-    thread_local std::vector<float> vals;
-    vals.resize(order.size());
-    for (size_t j = 0; j < order.size(); ++j) vals[j] = max_hi[order[j]];
+    if (max_hi[i] > -std::numeric_limits<float>::infinity()) vals.push_back(max_hi[i]);
+  if (seeds && !vals.empty()) {
     seeds = std::min(seeds, vals.size());
     std::nth_element(vals.begin(), vals.begin() + static_cast<std::ptrdiff_t>(seeds - 1), vals.end(),
                      std::greater<float>());
     const float bar = vals[seeds - 1];
-    for (uint32_t i : order)
+    for (size_t i = 0; i < nb; ++i)
       if (max_hi[i] >= bar) refine(i);
     full.tighten();
   }
