@@ -299,6 +299,31 @@ class QuantizedIndex {
         quant_sums(level, blocks, qs[q].luts.data(), qs[q].passes(), b0, b1, sink,
                    qs[q].wide.empty() ? nullptr : qs[q].wide.data());
     };
+    // 1-bit batches at AVX-512 scan up to kQuantGroupQueries queries per pass over a block (quant_scan.hpp):
+    // the block's loads and nibble masks are shared. Queries without prebuilt tables (large batches)
+    // get them built per group and chunk into `buf`, ~1% of the chunk's scan.
+    const bool grouped = !screened && nq >= 2 && layout_ == QuantLayout::Planes && bits_ == 1 &&
+                         level == Level::AVX512 && qs[0].passes() == 1;
+    auto scan_group = [&](size_t q0, size_t m, size_t b0, size_t b1, Top* top, AlignedBytes& buf) {
+      std::vector<Sink> sinks;
+      sinks.reserve(m);
+      const uint8_t* wide[kQuantGroupQueries];
+      const size_t table_bytes = J_ * 64;
+      if (buf.size() < kQuantGroupQueries * table_bytes) buf.resize(kQuantGroupQueries * table_bytes);
+      for (size_t g = 0; g < m; ++g) {
+        const QuantQuery& qq = qs[q0 + g];
+        sinks.push_back(Sink{top[g], QuantScoreArgs{factors_a_.data(), factors_su_.data(), factors_add_.data(),
+                                                    est[q0 + g]}});
+        if (!qq.wide.empty()) {
+          wide[g] = qq.wide.data();
+        } else {
+          quant_wide_tables_avx512(qq.luts.data(), J_, 1, buf.data() + g * table_bytes);
+          wide[g] = buf.data() + g * table_bytes;
+        }
+      }
+      if (refined_out) refined += m * count_blocks(blocks, b0, b1);
+      quant_sums_queries(m, blocks, wide, b0, b1, sinks.data());
+    };
     // The screened scan takes a query's whole range at once (its phases need every block's bound
     // before the first refinement), rather than chunk by chunk.
     auto scan_screened = [&](size_t q, size_t b0, size_t b1, Top& top) {
@@ -338,9 +363,15 @@ class QuantizedIndex {
           for (size_t q = q0; q < q1; ++q) scan_screened(q, 0, nblocks, tops[q]);
           return;
         }
+        AlignedBytes buf;
         for (size_t b = 0; b < nblocks; b += chunk) {
           size_t be = std::min(nblocks, b + chunk);
-          for (size_t q = q0; q < q1; ++q) scan(q, b, be, tops[q]);
+          if (grouped) {
+            for (size_t q = q0; q < q1; q += kQuantGroupQueries)
+              scan_group(q, std::min(kQuantGroupQueries, q1 - q), b, be, &tops[q], buf);
+          } else {
+            for (size_t q = q0; q < q1; ++q) scan(q, b, be, tops[q]);
+          }
         }
       });
     } else {
