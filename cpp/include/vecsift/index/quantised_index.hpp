@@ -499,6 +499,15 @@ class QuantizedIndex {
       alignas(32) float est[kQuantBlockRows];
       const size_t row0 = b * kQuantBlockRows;
       uint32_t pass = quant_scores_above(level, f, row0, S, need(), est) & mask;
+      keep(row0, pass, est);
+    }
+    // The same at AVX-512, compiled for it so the AVX-512 scans inline it (quant_sink_avx512).
+    __attribute__((target("avx512f,avx512bw"))) void block_avx512(size_t b, uint32_t mask, const uint32_t* S) {
+      alignas(64) float est[kQuantBlockRows];
+      const size_t row0 = b * kQuantBlockRows;
+      keep(row0, quant_scores_above_avx512(f, row0, S, need(), est) & mask, est);
+    }
+    void keep(size_t row0, uint32_t pass, const float* est) {
       while (pass) {
         const unsigned l = static_cast<unsigned>(__builtin_ctz(pass));
         top.push(-est[l], static_cast<int64_t>(row0 + l));

@@ -333,6 +333,21 @@ inline void quant_wide_tables(Level level, const uint8_t* luts, size_t J, int pa
   quant_wide_tables_avx512(luts, J, passes, wide.data());
 }
 
+// Hands a scored block to a sink from an AVX-512 scan: a sink with block_avx512 (compiled for
+// AVX-512, so it inlines here with the estimate code) takes it directly; others through block().
+// Measured (perf, 100k-row 1-bit batch): the out-of-line estimate call behind block() was 14% of
+// the profile.
+template <class Sink>
+__attribute__((target("avx512f,avx512bw"))) inline auto quant_sink_avx512(Sink& sink, size_t b, uint32_t mask,
+                                                                         const uint32_t* S, int)
+    -> decltype(sink.block_avx512(b, mask, S), void()) {
+  sink.block_avx512(b, mask, S);
+}
+template <class Sink>
+inline void quant_sink_avx512(Sink& sink, size_t b, uint32_t mask, const uint32_t* S, long) {
+  sink.block(b, mask, S, Level::AVX512);
+}
+
 // wide: the query's quant_wide_tables, or null to build them here.
 template <class Sink>
 __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const QuantBlocks& s, const uint8_t* luts,
@@ -368,7 +383,7 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const 
     // the noise on the model-167 Xeon; kept as the form that cannot stall.
     _mm512_store_si512(S, _mm512_inserti64x4(_mm512_castsi256_si512(acc[0]), acc[1], 1));
     _mm512_store_si512(S + 16, _mm512_inserti64x4(_mm512_castsi256_si512(acc[2]), acc[3], 1));
-    sink.block(b, mask, S, Level::AVX512);
+    quant_sink_avx512(sink, b, mask, S, 0);
   }
 }
 
@@ -436,7 +451,7 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_queries_avx51
     for (int g = 0; g < Q; ++g) {
       _mm512_store_si512(S, _mm512_inserti64x4(_mm512_castsi256_si512(acc[g][0]), acc[g][1], 1));
       _mm512_store_si512(S + 16, _mm512_inserti64x4(_mm512_castsi256_si512(acc[g][2]), acc[g][3], 1));
-      sinks[g].block(b, mask, S, Level::AVX512);
+      quant_sink_avx512(sinks[g], b, mask, S, 0);
     }
   }
 }
