@@ -397,7 +397,7 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const 
 template <int Q>
 __attribute__((target("avx512f,avx512bw"))) inline void quant_block_queries_avx512(const uint8_t* blk,
                                                                                    const uint8_t* const* wide,
-                                                                                   size_t J, __m256i (*acc)[4]) {
+                                                                                   size_t J, uint32_t* S) {
   const __m512i nib = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
   __m512i T[Q], O[Q];
   for (int g = 0; g < Q; ++g) T[g] = O[g] = zero;
@@ -427,11 +427,16 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_block_queries_avx5
       O[g] = _mm512_add_epi16(O[g], _mm512_srli_epi16(v, 8));
     }
   }
+  // One plane, shift 0: S (u32, row order) straight from the counters, without quant_fold_avx2's adds.
   for (int g = 0; g < Q; ++g) {
     const __m256i t = _mm256_add_epi16(_mm512_castsi512_si256(T[g]), _mm512_extracti64x4_epi64(T[g], 1));
     const __m256i o = _mm256_add_epi16(_mm512_castsi512_si256(O[g]), _mm512_extracti64x4_epi64(O[g], 1));
     const __m256i E = _mm256_sub_epi16(t, _mm256_slli_epi16(o, 8));
-    quant_fold_avx2(_mm256_unpacklo_epi16(E, o), _mm256_unpackhi_epi16(E, o), 0, acc[g]);
+    // unpack: rows 0-7 | 16-23 and 8-15 | 24-31 by 128-bit lane
+    const __m256i lo = _mm256_unpacklo_epi16(E, o), hi = _mm256_unpackhi_epi16(E, o);
+    _mm512_store_si512(S + g * kQuantBlockRows, _mm512_cvtepu16_epi32(_mm256_permute2x128_si256(lo, hi, 0x20)));
+    _mm512_store_si512(S + g * kQuantBlockRows + 16,
+                       _mm512_cvtepu16_epi32(_mm256_permute2x128_si256(lo, hi, 0x31)));
   }
 }
 
@@ -440,19 +445,12 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_queries_avx51
                                                                                   const uint8_t* const* wide,
                                                                                   size_t b0, size_t b1,
                                                                                   Sink* sinks) {
-  alignas(64) uint32_t S[kQuantBlockRows];
+  alignas(64) uint32_t S[Q * kQuantBlockRows];
   for (size_t b = b0; b < b1; ++b) {
     const uint32_t mask = s.lane_mask(b);
     if (!mask) continue;
-    __m256i acc[Q][4];
-    for (int g = 0; g < Q; ++g)
-      for (int r = 0; r < 4; ++r) acc[g][r] = _mm256_setzero_si256();
-    quant_block_queries_avx512<Q>(s.data + b * s.block_stride(), wide, s.J, acc);
-    for (int g = 0; g < Q; ++g) {
-      _mm512_store_si512(S, _mm512_inserti64x4(_mm512_castsi256_si512(acc[g][0]), acc[g][1], 1));
-      _mm512_store_si512(S + 16, _mm512_inserti64x4(_mm512_castsi256_si512(acc[g][2]), acc[g][3], 1));
-      quant_sink_avx512(sinks[g], b, mask, S, 0);
-    }
+    quant_block_queries_avx512<Q>(s.data + b * s.block_stride(), wide, s.J, S);
+    for (int g = 0; g < Q; ++g) quant_sink_avx512(sinks[g], b, mask, S + g * kQuantBlockRows, 0);
   }
 }
 
