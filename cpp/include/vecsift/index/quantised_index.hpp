@@ -300,8 +300,9 @@ class QuantizedIndex {
                    qs[q].wide.empty() ? nullptr : qs[q].wide.data());
     };
     // 1-bit batches at AVX-512 scan up to kQuantGroupQueries queries per pass over a block (quant_scan.hpp):
-    // the block's loads and nibble masks are shared. Queries without prebuilt tables (large batches)
-    // get them built per group and chunk into `buf`, ~1% of the chunk's scan.
+    // the block's loads and nibble masks are shared. Queries without prebuilt tables (batches over
+    // 256) get them built per group and chunk into `buf`: J/2 table pairs a query, against the
+    // chunk's blocks x J/4 steps that use them.
     const bool grouped = !screened && nq >= 2 && layout_ == QuantLayout::Planes && bits_ == 1 &&
                          level == Level::AVX512 && qs[0].passes() == 1;
     auto scan_group = [&](size_t q0, size_t m, size_t b0, size_t b1, Top* top, AlignedBytes& buf) {

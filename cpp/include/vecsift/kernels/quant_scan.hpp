@@ -390,8 +390,8 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const 
 // ---------------------------------------------------------------- AVX-512, several 1-bit queries a pass
 // A batch of queries against 1-bit blocks, Q queries (one table pass each) at a time: each 128 bytes
 // of a block are loaded and cut into nibbles once and looked up in every query's tables, which
-// shares the loads and nibble masks (6 of a query's 14 vector instructions per 128 bytes alone) and
-// the loop. The same integers as quant_block_avx512<1, 1> per query. Measured (throwaway C++ over
+// shares the two loads and six nibble operations (of the 16 vector operations a query costs per
+// 128 bytes alone) and the loop. The same integers as quant_block_avx512<1, 1> per query. Measured (throwaway C++ over
 // the kernel, 30k rows x 512-bit codes, 256 KiB chunks in L2, min of 15): 2.6-3.5 ns a row and query
 // one at a time, 1.7-2.0 four at a time (model-106 Xeon).
 template <int Q>
