@@ -299,18 +299,19 @@ class QuantizedIndex {
         quant_sums(level, blocks, qs[q].luts.data(), qs[q].passes(), b0, b1, sink,
                    qs[q].wide.empty() ? nullptr : qs[q].wide.data());
     };
-    // 1-bit batches at AVX-512 scan up to kQuantGroupQueries queries per pass over a block (quant_scan.hpp):
+    // 1- and 2-bit batches at AVX-512 scan a group of queries per pass over a block (quant_scan.hpp):
     // the block's loads and nibble masks are shared. Queries without prebuilt tables (batches over
     // 256) get them built per group and chunk into `buf`: J/2 table pairs a query, against the
     // chunk's blocks x J/4 steps that use them.
-    const bool grouped = !screened && nq >= 2 && layout_ == QuantLayout::Planes && bits_ == 1 &&
+    const size_t group = quant_group_queries(bits_);
+    const bool grouped = !screened && nq >= 2 && group && layout_ == QuantLayout::Planes &&
                          level == Level::AVX512 && qs[0].passes() == 1;
     auto scan_group = [&](size_t q0, size_t m, size_t b0, size_t b1, Top* top, AlignedBytes& buf) {
       std::vector<Sink> sinks;
       sinks.reserve(m);
-      const uint8_t* wide[kQuantGroupQueries];
+      const uint8_t* wide[kQuantGroupMax];
       const size_t table_bytes = J_ * 64;
-      if (buf.size() < kQuantGroupQueries * table_bytes) buf.resize(kQuantGroupQueries * table_bytes);
+      if (buf.size() < kQuantGroupMax * table_bytes) buf.resize(kQuantGroupMax * table_bytes);
       for (size_t g = 0; g < m; ++g) {
         const QuantQuery& qq = qs[q0 + g];
         sinks.push_back(Sink{top[g], QuantScoreArgs{factors_a_.data(), factors_su_.data(), factors_add_.data(),
@@ -368,8 +369,7 @@ class QuantizedIndex {
         for (size_t b = 0; b < nblocks; b += chunk) {
           size_t be = std::min(nblocks, b + chunk);
           if (grouped) {
-            for (size_t q = q0; q < q1; q += kQuantGroupQueries)
-              scan_group(q, std::min(kQuantGroupQueries, q1 - q), b, be, &tops[q], buf);
+            for (size_t q = q0; q < q1; q += group) scan_group(q, std::min(group, q1 - q), b, be, &tops[q], buf);
           } else {
             for (size_t q = q0; q < q1; ++q) scan(q, b, be, tops[q]);
           }

@@ -387,60 +387,76 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const 
   }
 }
 
-// ---------------------------------------------------------------- AVX-512, several 1-bit queries a pass
-// A batch of queries against 1-bit blocks, Q queries (one table pass each) at a time: each 128 bytes
-// of a block are loaded and cut into nibbles once and looked up in every query's tables, which
-// shares the two loads and six nibble operations (of the 16 vector operations a query costs per
-// 128 bytes alone) and the loop. The same integers as quant_block_avx512<1, 1> per query. Measured (throwaway C++ over
-// the kernel, 30k rows x 512-bit codes, 256 KiB chunks in L2, min of 15): 2.6-3.5 ns a row and query
-// one at a time, 1.7-2.0 four at a time (model-106 Xeon).
-template <int Q>
+// ---------------------------------------------------------------- AVX-512, several queries a pass
+// A batch of queries (one table pass each) against 1- or 2-bit blocks, Q at a time: each 128 bytes of
+// a plane are loaded and cut into nibbles once and looked up in every query's tables, which shares the
+// two loads and six nibble operations (of the 16 vector operations a query costs per 128 bytes
+// alone) and the loop. The same integers as quant_block_avx512<B, 1> per query. Measured (throwaway
+// C++ over the 1-bit kernel, 30k rows x 512-bit codes, 256 KiB chunks in L2, min of 15): 2.6-3.5 ns
+// a row and query one at a time, 1.7-2.0 four at a time (model-106 Xeon); eight were no faster.
+template <int B, int Q>
 __attribute__((target("avx512f,avx512bw"))) inline void quant_block_queries_avx512(const uint8_t* blk,
                                                                                    const uint8_t* const* wide,
                                                                                    size_t J, uint32_t* S) {
   const __m512i nib = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
-  __m512i T[Q], O[Q];
-  for (int g = 0; g < Q; ++g) T[g] = O[g] = zero;
+  __m512i T[B][Q], O[B][Q];
+  for (int p = 0; p < B; ++p)
+    for (int g = 0; g < Q; ++g) T[p][g] = O[p][g] = zero;
+  const size_t plane = J * kQuantBlockRows;
   size_t j = 0;
   for (; j + 4 <= J; j += 4) {
-    const __m512i d0 = _mm512_loadu_si512(blk + j * 32), d1 = _mm512_loadu_si512(blk + j * 32 + 64);
-    const __m512i n0l = _mm512_and_si512(d0, nib), n0h = _mm512_and_si512(_mm512_srli_epi16(d0, 4), nib);
-    const __m512i n1l = _mm512_and_si512(d1, nib), n1h = _mm512_and_si512(_mm512_srli_epi16(d1, 4), nib);
+    // every plane's nibbles once; then each query's tables once, for every plane
+    __m512i n0l[B], n0h[B], n1l[B], n1h[B];
+    for (int p = 0; p < B; ++p) {
+      const uint8_t* src = blk + p * plane + j * 32;
+      const __m512i d0 = _mm512_loadu_si512(src), d1 = _mm512_loadu_si512(src + 64);
+      n0l[p] = _mm512_and_si512(d0, nib), n0h[p] = _mm512_and_si512(_mm512_srli_epi16(d0, 4), nib);
+      n1l[p] = _mm512_and_si512(d1, nib), n1h[p] = _mm512_and_si512(_mm512_srli_epi16(d1, 4), nib);
+    }
     for (int g = 0; g < Q; ++g) {
       const uint8_t* t = wide[g] + j * 64;  // tables of bytes j .. j+3 (quant_wide_tables_avx512)
-      __m512i v = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_loadu_si512(t), n0l),
-                                  _mm512_shuffle_epi8(_mm512_loadu_si512(t + 64), n0h));
-      v = _mm512_add_epi8(v, _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_loadu_si512(t + 128), n1l),
-                                             _mm512_shuffle_epi8(_mm512_loadu_si512(t + 192), n1h)));
-      T[g] = _mm512_add_epi16(T[g], v);
-      O[g] = _mm512_add_epi16(O[g], _mm512_srli_epi16(v, 8));
+      const __m512i L0 = _mm512_loadu_si512(t), H0 = _mm512_loadu_si512(t + 64);
+      const __m512i L1 = _mm512_loadu_si512(t + 128), H1 = _mm512_loadu_si512(t + 192);
+      for (int p = 0; p < B; ++p) {
+        __m512i v = _mm512_add_epi8(_mm512_shuffle_epi8(L0, n0l[p]), _mm512_shuffle_epi8(H0, n0h[p]));
+        v = _mm512_add_epi8(v, _mm512_add_epi8(_mm512_shuffle_epi8(L1, n1l[p]), _mm512_shuffle_epi8(H1, n1h[p])));
+        T[p][g] = _mm512_add_epi16(T[p][g], v);
+        O[p][g] = _mm512_add_epi16(O[p][g], _mm512_srli_epi16(v, 8));
+      }
     }
   }
   if (j < J) {  // J % 4 == 2: the last byte pair alone
-    const __m512i d = _mm512_loadu_si512(blk + j * 32);
-    const __m512i nl = _mm512_and_si512(d, nib), nh = _mm512_and_si512(_mm512_srli_epi16(d, 4), nib);
-    for (int g = 0; g < Q; ++g) {
-      const uint8_t* t = wide[g] + j * 64;
-      const __m512i v = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_loadu_si512(t), nl),
-                                        _mm512_shuffle_epi8(_mm512_loadu_si512(t + 64), nh));
-      T[g] = _mm512_add_epi16(T[g], v);
-      O[g] = _mm512_add_epi16(O[g], _mm512_srli_epi16(v, 8));
+    for (int p = 0; p < B; ++p) {
+      const __m512i d = _mm512_loadu_si512(blk + p * plane + j * 32);
+      const __m512i nl = _mm512_and_si512(d, nib), nh = _mm512_and_si512(_mm512_srli_epi16(d, 4), nib);
+      for (int g = 0; g < Q; ++g) {
+        const uint8_t* t = wide[g] + j * 64;
+        const __m512i v = _mm512_add_epi8(_mm512_shuffle_epi8(_mm512_loadu_si512(t), nl),
+                                          _mm512_shuffle_epi8(_mm512_loadu_si512(t + 64), nh));
+        T[p][g] = _mm512_add_epi16(T[p][g], v);
+        O[p][g] = _mm512_add_epi16(O[p][g], _mm512_srli_epi16(v, 8));
+      }
     }
   }
-  // One plane, shift 0: S (u32, row order) straight from the counters, without quant_fold_avx2's adds.
+  // S (u32, row order) = sum over planes of 2^p times the plane's counts, without quant_fold_avx2's
+  // zeroed accumulators.
   for (int g = 0; g < Q; ++g) {
-    const __m256i t = _mm256_add_epi16(_mm512_castsi512_si256(T[g]), _mm512_extracti64x4_epi64(T[g], 1));
-    const __m256i o = _mm256_add_epi16(_mm512_castsi512_si256(O[g]), _mm512_extracti64x4_epi64(O[g], 1));
-    const __m256i E = _mm256_sub_epi16(t, _mm256_slli_epi16(o, 8));
-    // unpack: rows 0-7 | 16-23 and 8-15 | 24-31 by 128-bit lane
-    const __m256i lo = _mm256_unpacklo_epi16(E, o), hi = _mm256_unpackhi_epi16(E, o);
-    _mm512_store_si512(S + g * kQuantBlockRows, _mm512_cvtepu16_epi32(_mm256_permute2x128_si256(lo, hi, 0x20)));
-    _mm512_store_si512(S + g * kQuantBlockRows + 16,
-                       _mm512_cvtepu16_epi32(_mm256_permute2x128_si256(lo, hi, 0x31)));
+    __m512i s0 = zero, s1 = zero;
+    for (int p = 0; p < B; ++p) {
+      const __m256i t = _mm256_add_epi16(_mm512_castsi512_si256(T[p][g]), _mm512_extracti64x4_epi64(T[p][g], 1));
+      const __m256i o = _mm256_add_epi16(_mm512_castsi512_si256(O[p][g]), _mm512_extracti64x4_epi64(O[p][g], 1));
+      const __m256i E = _mm256_sub_epi16(t, _mm256_slli_epi16(o, 8));
+      // unpack: rows 0-7 | 16-23 and 8-15 | 24-31 by 128-bit lane
+      const __m256i lo = _mm256_unpacklo_epi16(E, o), hi = _mm256_unpackhi_epi16(E, o);
+      s0 = _mm512_add_epi32(s0, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_permute2x128_si256(lo, hi, 0x20)), p));
+      s1 = _mm512_add_epi32(s1, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_permute2x128_si256(lo, hi, 0x31)), p));
+    }
+    _mm512_store_si512(S + g * kQuantBlockRows, s0);
+    _mm512_store_si512(S + g * kQuantBlockRows + 16, s1);
   }
 }
 
-template <int Q, class Sink>
+template <int B, int Q, class Sink>
 __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_queries_avx512(const QuantBlocks& s,
                                                                                   const uint8_t* const* wide,
                                                                                   size_t b0, size_t b1,
@@ -449,22 +465,30 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_queries_avx51
   for (size_t b = b0; b < b1; ++b) {
     const uint32_t mask = s.lane_mask(b);
     if (!mask) continue;
-    quant_block_queries_avx512<Q>(s.data + b * s.block_stride(), wide, s.J, S);
+    quant_block_queries_avx512<B, Q>(s.data + b * s.block_stride(), wide, s.J, S);
     for (int g = 0; g < Q; ++g) quant_sink_avx512(sinks[g], b, mask, S + g * kQuantBlockRows, 0);
   }
 }
 
-// Up to kQuantGroupQueries queries' sums of 1-bit blocks at AVX-512 (the caller checks the level,
-// bits == 1 and one table pass). wide: each query's quant_wide_tables; sinks: one per query.
-constexpr size_t kQuantGroupQueries = 4;
+// How many queries share a pass over a block of `bits` planes (0: not grouped): 1 bit four, 2 bits
+// two (their counters, 2 x 2 x Q registers, stay in the 32 zmm).
+inline size_t quant_group_queries(int bits) { return bits == 1 ? 4 : bits == 2 ? 2 : 0; }
+constexpr size_t kQuantGroupMax = 4;
+
+// Up to quant_group_queries(s.bits) queries' sums at AVX-512 (the caller checks the level and one
+// table pass). wide: each query's quant_wide_tables; sinks: one per query.
 template <class Sink>
 inline void quant_sums_queries(size_t nq, const QuantBlocks& s, const uint8_t* const* wide, size_t b0, size_t b1,
                                Sink* sinks) {
+  if (s.bits == 2) {
+    if (nq == 2) return quant_sums_queries_avx512<2, 2>(s, wide, b0, b1, sinks);
+    return quant_sums_queries_avx512<2, 1>(s, wide, b0, b1, sinks);
+  }
   switch (nq) {
-    case 4: return quant_sums_queries_avx512<4>(s, wide, b0, b1, sinks);
-    case 3: return quant_sums_queries_avx512<3>(s, wide, b0, b1, sinks);
-    case 2: return quant_sums_queries_avx512<2>(s, wide, b0, b1, sinks);
-    default: return quant_sums_queries_avx512<1>(s, wide, b0, b1, sinks);
+    case 4: return quant_sums_queries_avx512<1, 4>(s, wide, b0, b1, sinks);
+    case 3: return quant_sums_queries_avx512<1, 3>(s, wide, b0, b1, sinks);
+    case 2: return quant_sums_queries_avx512<1, 2>(s, wide, b0, b1, sinks);
+    default: return quant_sums_queries_avx512<1, 1>(s, wide, b0, b1, sinks);
   }
 }
 
