@@ -508,6 +508,13 @@ class QuantizedIndex {
       const size_t row0 = b * kQuantBlockRows;
       keep(row0, quant_scores_above_avx512(f, row0, S, need(), est) & mask, est);
     }
+    // The same from S in registers (quant_sink_avx512_regs), for the full scans.
+    __attribute__((target("avx512f,avx512bw"), always_inline)) void block_avx512_regs(size_t b, uint32_t mask,
+                                                                                       __m512i s0, __m512i s1) {
+      alignas(64) float est[kQuantBlockRows];
+      const size_t row0 = b * kQuantBlockRows;
+      keep(row0, quant_scores_above_avx512_regs(f, row0, s0, s1, need(), est) & mask, est);
+    }
     void keep(size_t row0, uint32_t pass, const float* est) {
       while (pass) {
         const unsigned l = static_cast<unsigned>(__builtin_ctz(pass));

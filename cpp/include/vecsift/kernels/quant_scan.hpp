@@ -110,7 +110,8 @@ inline void quant_sums_scalar(const QuantBlocks& s, const uint8_t* luts, int pas
 // ---------------------------------------------------------------- AVX2
 // u16 counters of 32 rows in two registers: lo holds rows 0-7 | 16-23, hi rows
 // 8-15 | 24-31 (unpack order); folded into S (u32, row order) with a shift.
-__attribute__((target("avx2"))) inline void quant_fold_avx2(__m256i lo, __m256i hi, int shift, __m256i* S) {
+__attribute__((target("avx2"), always_inline)) inline void quant_fold_avx2(__m256i lo, __m256i hi, int shift,
+                                                                            __m256i* S) {
   const __m128i sh = _mm_cvtsi32_si128(shift);
   S[0] = _mm256_add_epi32(S[0], _mm256_sll_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(lo)), sh));
   S[1] = _mm256_add_epi32(S[1], _mm256_sll_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(hi)), sh));
@@ -347,6 +348,20 @@ template <class Sink>
 inline void quant_sink_avx512(Sink& sink, size_t b, uint32_t mask, const uint32_t* S, long) {
   sink.block(b, mask, S, Level::AVX512);
 }
+// S in registers: a sink with block_avx512_regs takes them; others get them stored into S.
+template <class Sink>
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline auto quant_sink_avx512_regs(
+    Sink& sink, size_t b, uint32_t mask, __m512i s0, __m512i s1, uint32_t*, int)
+    -> decltype(sink.block_avx512_regs(b, mask, s0, s1), void()) {
+  sink.block_avx512_regs(b, mask, s0, s1);
+}
+template <class Sink>
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline void quant_sink_avx512_regs(
+    Sink& sink, size_t b, uint32_t mask, __m512i s0, __m512i s1, uint32_t* S, long) {
+  _mm512_store_si512(S, s0);
+  _mm512_store_si512(S + 16, s1);
+  quant_sink_avx512(sink, b, mask, S, 0);
+}
 
 // wide: the query's quant_wide_tables, or null to build them here.
 template <class Sink>
@@ -378,12 +393,10 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const 
       else
         quant_plane_avx512<1>(src, luts, J, p, acc);
     }
-    // Two 64-byte stores, not four of 32: the scoring loads S 64 bytes at a time, and a load that
-    // spans two stores cannot be forwarded from them (it waits for both to retire). Measured within
-    // the noise on the model-167 Xeon; kept as the form that cannot stall.
-    _mm512_store_si512(S, _mm512_inserti64x4(_mm512_castsi256_si512(acc[0]), acc[1], 1));
-    _mm512_store_si512(S + 16, _mm512_inserti64x4(_mm512_castsi256_si512(acc[2]), acc[3], 1));
-    quant_sink_avx512(sink, b, mask, S, 0);
+    // S stays in registers for a sink that takes them (quant_scores_above_avx512_regs); else it is
+    // stored as two 64-byte halves, which the scoring's 64-byte loads can be forwarded from.
+    quant_sink_avx512_regs(sink, b, mask, _mm512_inserti64x4(_mm512_castsi256_si512(acc[0]), acc[1], 1),
+                           _mm512_inserti64x4(_mm512_castsi256_si512(acc[2]), acc[3], 1), S, 0);
   }
 }
 
@@ -395,9 +408,8 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_avx512(const 
 // C++ over the 1-bit kernel, 30k rows x 512-bit codes, 256 KiB chunks in L2, min of 15): 2.6-3.5 ns
 // a row and query one at a time, 1.7-2.0 four at a time (model-106 Xeon); eight were no faster.
 template <int B, int Q>
-__attribute__((target("avx512f,avx512bw"))) inline void quant_block_queries_avx512(const uint8_t* blk,
-                                                                                   const uint8_t* const* wide,
-                                                                                   size_t J, uint32_t* S) {
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline void quant_block_queries_avx512_regs(
+    const uint8_t* blk, const uint8_t* const* wide, size_t J, __m512i* Sv) {
   const __m512i nib = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
   __m512i T[B][Q], O[B][Q];
   for (int p = 0; p < B; ++p)
@@ -451,9 +463,18 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_block_queries_avx5
       s0 = _mm512_add_epi32(s0, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_permute2x128_si256(lo, hi, 0x20)), p));
       s1 = _mm512_add_epi32(s1, _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_permute2x128_si256(lo, hi, 0x31)), p));
     }
-    _mm512_store_si512(S + g * kQuantBlockRows, s0);
-    _mm512_store_si512(S + g * kQuantBlockRows + 16, s1);
+    Sv[2 * g] = s0, Sv[2 * g + 1] = s1;
   }
+}
+
+// The same into memory: S + 32 g holds query g's 32 sums.
+template <int B, int Q>
+__attribute__((target("avx512f,avx512bw"))) inline void quant_block_queries_avx512(const uint8_t* blk,
+                                                                                   const uint8_t* const* wide,
+                                                                                   size_t J, uint32_t* S) {
+  __m512i Sv[2 * Q];
+  quant_block_queries_avx512_regs<B, Q>(blk, wide, J, Sv);
+  for (int g = 0; g < 2 * Q; ++g) _mm512_store_si512(S + 16 * g, Sv[g]);
 }
 
 template <int B, int Q, class Sink>
@@ -465,8 +486,10 @@ __attribute__((target("avx512f,avx512bw"))) inline void quant_sums_queries_avx51
   for (size_t b = b0; b < b1; ++b) {
     const uint32_t mask = s.lane_mask(b);
     if (!mask) continue;
-    quant_block_queries_avx512<B, Q>(s.data + b * s.block_stride(), wide, s.J, S);
-    for (int g = 0; g < Q; ++g) quant_sink_avx512(sinks[g], b, mask, S + g * kQuantBlockRows, 0);
+    __m512i Sv[2 * Q];
+    quant_block_queries_avx512_regs<B, Q>(s.data + b * s.block_stride(), wide, s.J, Sv);
+    for (int g = 0; g < Q; ++g)
+      quant_sink_avx512_regs(sinks[g], b, mask, Sv[2 * g], Sv[2 * g + 1], S + g * kQuantBlockRows, 0);
   }
 }
 
@@ -531,9 +554,9 @@ __attribute__((target("avx2"))) inline uint32_t quant_scores_above_avx2(const Qu
 
 // The estimates of rows r .. r+15 from their S (the operations of QuantEstimator, sixteen rows at a
 // time: the same bits). Shared by the scoring below and the 1-bit screen (quant_screen.hpp).
-__attribute__((target("avx512f"))) inline __m512 quant_estimates16_avx512(const QuantScoreArgs& f, size_t r,
-                                                                          const uint32_t* S) {
-  const __m512 s = _mm512_cvtepi32_ps(_mm512_loadu_si512(S));
+__attribute__((target("avx512f"), always_inline)) inline __m512 quant_estimates16_avx512(const QuantScoreArgs& f,
+                                                                                         size_t r, __m512i Si) {
+  const __m512 s = _mm512_cvtepi32_ps(Si);
   const __m512 t1 = _mm512_mul_ps(_mm512_set1_ps(f.e.dq), s);
   const __m512 t2 = _mm512_mul_ps(_mm512_set1_ps(f.e.lo), _mm512_loadu_ps(f.su + r));
   const __m512 t3 = _mm512_sub_ps(_mm512_add_ps(t1, t2), _mm512_set1_ps(f.e.K));
@@ -542,18 +565,24 @@ __attribute__((target("avx512f"))) inline __m512 quant_estimates16_avx512(const 
                        _mm512_add_ps(_mm512_loadu_ps(f.add + r), _mm512_set1_ps(f.e.cq)));
 }
 
-// Half the instructions of the AVX2 form; the same bits.
+// The scores of a block and the lanes above `need`, from S in two registers (rows 0-15, 16-31):
+// half the instructions of the AVX2 form, the same bits. The full scans hand S over in registers:
+// stored and reloaded, it cost 5% of a one-query 1-bit search on an AMD Zen 4 (whose 512-bit
+// stores are split in two, which a 512-bit reload cannot be forwarded from).
+__attribute__((target("avx512f"), always_inline)) inline uint32_t quant_scores_above_avx512_regs(
+    const QuantScoreArgs& f, size_t row0, __m512i S0, __m512i S1, float need, float* est) {
+  const __m512 nd = _mm512_set1_ps(need);
+  const __m512 e0 = quant_estimates16_avx512(f, row0, S0), e1 = quant_estimates16_avx512(f, row0 + 16, S1);
+  _mm512_storeu_ps(est, e0);
+  _mm512_storeu_ps(est + 16, e1);
+  return static_cast<uint32_t>(_mm512_cmp_ps_mask(e0, nd, _CMP_GT_OQ)) |
+         static_cast<uint32_t>(_mm512_cmp_ps_mask(e1, nd, _CMP_GT_OQ)) << 16;
+}
+
 __attribute__((target("avx512f"))) inline uint32_t quant_scores_above_avx512(const QuantScoreArgs& f, size_t row0,
                                                                              const uint32_t* S, float need,
                                                                              float* est) {
-  const __m512 nd = _mm512_set1_ps(need);
-  uint32_t pass = 0;
-  for (size_t l = 0; l < kQuantBlockRows; l += 16) {
-    const __m512 e = quant_estimates16_avx512(f, row0 + l, S + l);
-    _mm512_storeu_ps(est + l, e);
-    pass |= static_cast<uint32_t>(_mm512_cmp_ps_mask(e, nd, _CMP_GT_OQ)) << l;
-  }
-  return pass;
+  return quant_scores_above_avx512_regs(f, row0, _mm512_loadu_si512(S), _mm512_loadu_si512(S + 16), need, est);
 }
 
 // est: 32 floats, 32-byte aligned.

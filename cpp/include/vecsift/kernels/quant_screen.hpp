@@ -67,7 +67,7 @@ __attribute__((target("avx512f"))) inline float quant_screen_max_avx512(const Qu
   __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (size_t l = 0; l < kQuantBlockRows; l += 16) {
     const size_t r = row0 + l;
-    const __m512 e = quant_estimates16_avx512(f.top, r, S + l);
+    const __m512 e = quant_estimates16_avx512(f.top, r, _mm512_loadu_si512(S + l));
     __m512 hi = _mm512_add_ps(e, _mm512_mul_ps(zs, _mm512_loadu_ps(f.w + r)));
     hi = _mm512_mask_mov_ps(hi, _mm512_cmp_ps_mask(hi, hi, _CMP_UNORD_Q), inf);
     m = _mm512_mask_max_ps(m, static_cast<__mmask16>(mask >> l), hi, m);
