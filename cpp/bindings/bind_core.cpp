@@ -28,6 +28,7 @@ py::dict cpu_features() {
   d["avx512f"] = f.avx512f;
   d["avx512bw"] = f.avx512bw;
   d["avx512vpopcntdq"] = f.avx512vpopcntdq;
+  d["avx512vbmi"] = f.avx512vbmi;
   d["best_level"] = level_name(hardware_level());
   d["level"] = level_name(active_level());
   return d;

@@ -263,10 +263,11 @@ void set_state_py(QuantizedIndex& ix, const F32Array& rotation, const F32Array& 
 
 // The block kernels alone, for tests: S = u . qu for each row of the code
 // values u (n x D, each < 2^bits; D a multiple of 64), stored in the blocked
-// plane layout (or the nibble layout, 4 bits only), against query values qu
-// (D, each < 2^qbits).
+// plane layout (or the nibble layout, 4 bits only, or the pair layout, 1 bit
+// only), against query values qu (D, each < 2^qbits). allow: one 32-bit word
+// per block, or empty.
 py::array_t<uint32_t> plane_sums_py(const U8Array& u, const U8Array& qu, int bits, int qbits, int level,
-                                    bool nibbles) {
+                                    bool nibbles, bool pairs, const py::array_t<uint32_t, py::array::c_style>& allow) {
   require_matrix(u, "u");
   const size_t n = u.shape(0), D = u.shape(1);
   require(D % 64 == 0 && D > 0 && D <= kQuantMaxDim, "u must have a positive multiple of 64 columns, at most 4096");
@@ -274,22 +275,26 @@ py::array_t<uint32_t> plane_sums_py(const U8Array& u, const U8Array& qu, int bit
   require(qbits >= 1 && qbits <= 8, "qbits must be in [1, 8]");
   require(qu.ndim() == 1 && static_cast<size_t>(qu.shape(0)) == D, "qu must be 1-d with u.shape[1] entries");
   require(!nibbles || bits == 4, "the nibble layout holds 4-bit codes only");
-  const QuantLayout layout = nibbles ? QuantLayout::Nibbles : QuantLayout::Planes;
+  require(!pairs || bits == 1, "the pair layout holds 1-bit codes only");
+  const QuantLayout layout = nibbles ? QuantLayout::Nibbles : pairs ? QuantLayout::Pairs : QuantLayout::Planes;
   const size_t J = D / 8, nblocks = (n + kQuantBlockRows - 1) / kQuantBlockRows;
   const size_t stride = static_cast<size_t>(bits) * J * kQuantBlockRows;
-  std::vector<uint8_t> data(nblocks * stride, 0), planes(bits * J), luts;
+  require(allow.size() == 0 || static_cast<size_t>(allow.size()) == nblocks, "allow must hold one word per block");
+  AlignedBytes data(quant_storage_blocks(layout, nblocks) * stride, 0);
+  std::vector<uint8_t> planes(bits * J), luts;
   std::vector<uint32_t> words;
   const uint8_t* pu = u.data();
   for (size_t r = 0; r < n; ++r) {
     pack_planes(pu + r * D, D, bits, planes.data());
-    quant_put_row(data.data() + (r / kQuantBlockRows) * stride, r % kQuantBlockRows, bits, J, layout, planes.data());
+    quant_put_row(data.data(), r / kQuantBlockRows, r % kQuantBlockRows, bits, J, layout, planes.data());
   }
   build_query_luts(qu.data(), D, qbits, luts);
   build_query_words(qu.data(), D, words);
   py::array_t<uint32_t> out(nblocks * kQuantBlockRows);
   uint32_t* po = out.mutable_data();
   std::fill(po, po + nblocks * kQuantBlockRows, 0u);
-  QuantBlocks s{data.data(), bits, J, nblocks, quant_last_mask(n), nullptr};
+  QuantBlocks s{data.data(), bits, J, nblocks, quant_last_mask(n), allow.size() ? allow.data() : nullptr};
+  s.paired = pairs;
   Level lv = level_arg(level);
   {
     py::gil_scoped_release nogil;
@@ -302,6 +307,11 @@ py::array_t<uint32_t> plane_sums_py(const U8Array& u, const U8Array& qu, int bit
     } sink{po};
     if (nibbles)
       quant_nibble_sums(lv, s, words.data(), qbits, 0, nblocks, sink);
+    else if (pairs)  // in two ranges split at an odd block: a pair across the split is read twice
+      for (size_t b0 : {size_t{0}, nblocks / 2 | 1}) {
+        const size_t b1 = b0 ? nblocks : std::min(nblocks, nblocks / 2 | 1);
+        quant_pair_sums(lv, s, luts.data(), (qbits + 3) / 4, b0, b1, sink);
+      }
     else
       quant_sums(lv, s, luts.data(), (qbits + 3) / 4, 0, nblocks, sink);
   }
@@ -448,7 +458,8 @@ py::tuple parts_rescore_py(const std::vector<F32Array>& rows, const F32Array& qu
 
 void bind_quant(py::module_& m) {
   m.def("quant_plane_sums", &plane_sums_py, py::arg("u"), py::arg("qu"), py::arg("bits"), py::arg("qbits"),
-        py::arg("level") = -1, py::arg("nibbles") = false);
+        py::arg("level") = -1, py::arg("nibbles") = false, py::arg("pairs") = false,
+        py::arg("allow") = py::array_t<uint32_t>(0));
   m.def("quant_nibble_rows", &nibble_rows_py, py::arg("rows"), py::arg("to_nibbles") = true);
   m.def("quant_rotate", &rotate_py, py::arg("cols"), py::arg("x"), py::arg("level") = -1);
   m.def("quant_fht_rotate", &fht_rotate_py, py::arg("signs"), py::arg("x"), py::arg("level") = -1);

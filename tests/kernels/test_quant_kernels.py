@@ -50,22 +50,59 @@ def test_nibble_sums_equal_numpy(qbits, D, n, rng):
         np.testing.assert_array_equal(got, ref, err_msg=LEVEL_NAMES[level])
 
 
+@pytest.mark.parametrize("qbits", range(1, 9))
+@pytest.mark.parametrize("D,n", [(64, 1), (128, 33), (448, 70), (512, 300)])
+def test_pair_sums_equal_numpy(qbits, D, n, rng):
+    # 1-bit codes in the pair layout (quant_layout.hpp; the VBMI kernel where the CPU has it): odd and
+    # even block counts, and the binding scans two ranges split at an odd block, so a pair straddles.
+    u = rng.integers(0, 2, size=(n, D), dtype=np.uint8)
+    qu = rng.integers(0, 2**qbits, size=D, dtype=np.uint8)
+    ref = u.astype(np.int64) @ qu.astype(np.int64)
+    for level in HW_LEVELS:
+        got = _core.quant_plane_sums(u, qu, 1, qbits, level, pairs=True)
+        np.testing.assert_array_equal(got, ref, err_msg=LEVEL_NAMES[level])
+
+
+def test_pair_sums_skip_rows_outside_allow(rng):
+    n, D = 300, 256
+    u = rng.integers(0, 2, size=(n, D), dtype=np.uint8)
+    qu = rng.integers(0, 16, size=D, dtype=np.uint8)
+    nblocks = (n + 31) // 32
+    allow = rng.integers(0, 2**32, size=nblocks, dtype=np.uint64).astype(np.uint32)
+    allow[2] = allow[3] = 0  # a whole pair filtered out
+    allow[4] = 0  # the first block of a pair only
+    allow[7] = 0  # the second only
+    keep = np.unpackbits(allow.view(np.uint8), bitorder="little")[:n].astype(bool)
+    ref = np.where(keep, u.astype(np.int64) @ qu.astype(np.int64), 0)
+    for level in HW_LEVELS:
+        got = _core.quant_plane_sums(u, qu, 1, 4, level, pairs=True, allow=allow)
+        np.testing.assert_array_equal(got, ref, err_msg=LEVEL_NAMES[level])
+
+
+def test_pair_layout_is_one_bit_only(rng):
+    u = rng.integers(0, 4, size=(3, 64), dtype=np.uint8)
+    with pytest.raises(ValueError, match="1-bit codes only"):
+        _core.quant_plane_sums(u, np.zeros(64, np.uint8), 2, 4, pairs=True)
+
+
 def test_nibble_layout_is_four_bits_only(rng):
     u = rng.integers(0, 4, size=(3, 64), dtype=np.uint8)
     with pytest.raises(ValueError, match="4-bit codes only"):
         _core.quant_plane_sums(u, np.zeros(64, np.uint8), 2, 8, nibbles=True)
 
 
-@pytest.mark.parametrize("bits,qbits,nibbles", [(8, 8, False), (1, 4, False), (4, 8, False), (4, 8, True),
-                                                (4, 6, True), (4, 7, True)])
-def test_plane_sums_largest_values_do_not_overflow(bits, qbits, nibbles):
+@pytest.mark.parametrize("bits,qbits,nibbles,pairs", [(8, 8, False, False), (1, 4, False, False),
+                                                      (4, 8, False, False), (4, 8, True, False),
+                                                      (4, 6, True, False), (4, 7, True, False),
+                                                      (1, 4, False, True), (1, 8, False, True)])
+def test_plane_sums_largest_values_do_not_overflow(bits, qbits, nibbles, pairs):
     # Every value at its maximum at the largest dimension: the u8 and u16 counters are at their limits
     # (in the nibble kernel the 16-bit lanes hold 2 words at 7-8 query bits, 8 words below).
     D = 4096
     u = np.full((40, D), 2**bits - 1, dtype=np.uint8)
     qu = np.full(D, 2**qbits - 1, dtype=np.uint8)
     for level in HW_LEVELS:
-        got = _core.quant_plane_sums(u, qu, bits, qbits, level, nibbles=nibbles)
+        got = _core.quant_plane_sums(u, qu, bits, qbits, level, nibbles=nibbles, pairs=pairs)
         assert (got == D * (2**bits - 1) * (2**qbits - 1)).all(), LEVEL_NAMES[level]
 
 

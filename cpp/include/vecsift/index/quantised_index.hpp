@@ -29,6 +29,7 @@
 #include "vecsift/kernels/quant_codes.hpp"
 #include "vecsift/kernels/quant_layout.hpp"
 #include "vecsift/kernels/quant_nibble_scan.hpp"
+#include "vecsift/kernels/quant_pair_scan.hpp"
 #include "vecsift/kernels/quant_rotation.hpp"
 #include "vecsift/kernels/quant_scan.hpp"
 #include "vecsift/kernels/quant_screen.hpp"
@@ -189,7 +190,7 @@ class QuantizedIndex {
   void add_codes(const uint8_t* planes, const float* factors, size_t m, const float* top = nullptr) {
     std::unique_lock<std::shared_mutex> lock(mutex_);
     const size_t total = n_ + m, nblocks = (total + kQuantBlockRows - 1) / kQuantBlockRows;
-    data_.resize(nblocks * block_stride());
+    data_.resize(quant_storage_blocks(layout_, nblocks) * block_stride());
     for (auto* v : factor_arrays()) v->resize(nblocks * kQuantBlockRows, 0.0f);
     if (m && !top) drop_top();
     for (auto* v : top_arrays()) v->resize(has_top_ ? nblocks * kQuantBlockRows : 0, 0.0f);
@@ -261,7 +262,9 @@ class QuantizedIndex {
       // at 448 dims and 8-bit queries would add up).
       // the nibble layout's query has no plane tables: the screen's sign plane needs them
       if (screened && layout_ == QuantLayout::Nibbles) build_query_luts(qs[i].qu.data(), dpad_, qbits, qs[i].luts);
-      if (nq <= 256 && (layout_ == QuantLayout::Planes || screened))
+      if (nq <= 256 && layout_ == QuantLayout::Pairs)
+        quant_pair_tables(level, qs[i].luts.data(), J_, qs[i].passes(), qs[i].wide);
+      else if (nq <= 256 && (layout_ == QuantLayout::Planes || screened))
         quant_wide_tables(level, qs[i].luts.data(), J_, qs[i].passes(), qs[i].wide);
     });
     const QuantBlocks blocks = view(allow);
@@ -270,7 +273,9 @@ class QuantizedIndex {
     // tables (D/8 * 32 bytes a pass) stay in L1. A 32 KiB chunk measured slower
     // on batches: cycling 1,000 queries' tables through L1 per chunk cost more
     // than reading the codes once per query.
-    const size_t chunk = std::max<size_t>(1, (256 * 1024) / block_stride());
+    // Pairs of blocks are read whole: a chunk of the pair layout holds whole pairs.
+    size_t chunk = std::max<size_t>(1, (256 * 1024) / block_stride());
+    if (layout_ == QuantLayout::Pairs) chunk += chunk & 1;
     threads = std::max<size_t>(1, std::min(threads, std::max<size_t>(1, nblocks / 64)));
     // Splitting few queries' rows over threads pays a thread start each (~0.1 ms on this project's
     // 2-core VMs): only with >= 4 MiB of codes x queries a thread. Measured, one 1-bit query, 448-bit codes:
@@ -293,16 +298,19 @@ class QuantizedIndex {
     auto scan = [&](size_t q, size_t b0, size_t b1, Top& top) {
       Sink sink{top, QuantScoreArgs{factors_a_.data(), factors_su_.data(), factors_add_.data(), est[q]}};
       if (refined_out) refined += count_blocks(blocks, b0, b1);
+      const uint8_t* tables = qs[q].wide.empty() ? nullptr : qs[q].wide.data();
       if (layout_ == QuantLayout::Nibbles)
         quant_nibble_sums(level, blocks, qs[q].words.data(), qbits, b0, b1, sink);
+      else if (layout_ == QuantLayout::Pairs)
+        quant_pair_sums(level, blocks, qs[q].luts.data(), qs[q].passes(), b0, b1, sink, tables);
       else
-        quant_sums(level, blocks, qs[q].luts.data(), qs[q].passes(), b0, b1, sink,
-                   qs[q].wide.empty() ? nullptr : qs[q].wide.data());
+        quant_sums(level, blocks, qs[q].luts.data(), qs[q].passes(), b0, b1, sink, tables);
     };
-    // 1- and 2-bit batches at AVX-512 scan a group of queries per pass over a block (quant_scan.hpp):
-    // the block's loads and nibble masks are shared. Queries without prebuilt tables (batches over
-    // 256) get them built per group and chunk into `buf`: J/2 table pairs a query, against the
-    // chunk's blocks x J/4 steps that use them.
+    // 1- and 2-bit batches in the plane layout at AVX-512 scan a group of queries per pass over a
+    // block (quant_scan.hpp): the block's loads and nibble masks are shared. Queries without prebuilt
+    // tables (batches over 256) get them built per group and chunk into `buf`: J/2 table pairs a
+    // query, against the chunk's blocks x J/4 steps that use them. (1-bit codes in the pair layout
+    // scan one query at a time: quant_pair_scan.hpp says why.)
     const size_t group = quant_group_queries(bits_);
     const bool grouped = !screened && nq >= 2 && group && layout_ == QuantLayout::Planes &&
                          level == Level::AVX512 && qs[0].passes() == 1;
@@ -413,6 +421,7 @@ class QuantizedIndex {
   void estimate_rows(const float* queries, size_t nq, const int64_t* ids, size_t m, int qbits, float z,
                      float* est_out, float* lo_out, float* hi_out, Level level) const {
     std::shared_lock<std::shared_mutex> lock(mutex_);
+    const QuantBlocks blocks = view(nullptr);
     for (size_t q = 0; q < nq; ++q) {
       QuantQuery qq = make_query(queries + q * dim_, qbits, level);
       QuantEstimator e = estimator(qq);
@@ -423,11 +432,12 @@ class QuantizedIndex {
           for (float* o : outs) *o = -std::numeric_limits<float>::infinity();
           continue;
         }
-        const uint8_t* blk = data_.data() + (r / kQuantBlockRows) * block_stride();
+        const uint8_t* blk = blocks.block_ptr(r / kQuantBlockRows);
         const size_t lane = r % kQuantBlockRows;
-        const uint32_t S = layout_ == QuantLayout::Nibbles
-                               ? quant_nibble_row_sum(blk, lane, J_, qq.words.data())
-                               : quant_row_sum(blk, lane, bits_, J_, qq.luts.data(), qq.passes());
+        const uint32_t S =
+            layout_ == QuantLayout::Nibbles
+                ? quant_nibble_row_sum(blk, lane, J_, qq.words.data())
+                : quant_row_sum(blk, lane, bits_, J_, qq.luts.data(), qq.passes(), blocks.pos_stride());
         const float v = e(S, factors_a_[r], factors_su_[r], factors_add_[r]);
         const float h = bound(qq, r, z);
         *outs[0] = v;
@@ -440,8 +450,7 @@ class QuantizedIndex {
   // ---- state, for persistence and tests
   // Row-major planes of row r: bits x dim_pad/8 bytes.
   void get_planes(size_t r, uint8_t* out) const {
-    const uint8_t* blk = data_.data() + (r / kQuantBlockRows) * block_stride();
-    quant_get_row(blk, r % kQuantBlockRows, bits_, J_, layout_, out);
+    quant_get_row(data_.data(), r / kQuantBlockRows, r % kQuantBlockRows, bits_, J_, layout_, out);
   }
   QuantLayout layout() const { return layout_; }
   // The blocks in the plane layout (what files hold, whatever the layout in memory): blocks_bytes() bytes.
@@ -468,7 +477,7 @@ class QuantizedIndex {
     trained_ = trained;
     n_ = n;
     const size_t nblocks = (n + kQuantBlockRows - 1) / kQuantBlockRows;
-    data_.resize(nblocks * block_stride());
+    data_.resize(quant_storage_blocks(layout_, nblocks) * block_stride());
     quant_relayout(blocks, QuantLayout::Planes, data_.data(), layout_, nblocks, bits_, J_);
     for (auto* v : factor_arrays()) v->assign(nblocks * kQuantBlockRows, 0.0f);
     for (size_t r = 0; r < n; ++r) {
@@ -529,8 +538,10 @@ class QuantizedIndex {
   QuantBlocks view(const AllowSet* allow) const {
     const size_t nblocks = (n_ + kQuantBlockRows - 1) / kQuantBlockRows;
     // The allow bitset's 64-bit words read as 32-bit words (little-endian): one per block.
-    return QuantBlocks{data_.data(), bits_, J_, nblocks, quant_last_mask(n_),
-                       allow ? reinterpret_cast<const uint32_t*>(allow->words()) : nullptr};
+    QuantBlocks v{data_.data(), bits_, J_, nblocks, quant_last_mask(n_),
+                  allow ? reinterpret_cast<const uint32_t*>(allow->words()) : nullptr};
+    v.paired = layout_ == QuantLayout::Pairs;
+    return v;
   }
 
   std::vector<std::vector<float>*> factor_arrays() {
@@ -545,8 +556,8 @@ class QuantizedIndex {
   }
   // The sign plane (the last of the row-major planes) of row r into the 4-bit index's copy.
   void store_sign(size_t r, const uint8_t* planes) {
-    quant_put_row(signs_.data() + (r / kQuantBlockRows) * J_ * kQuantBlockRows, r % kQuantBlockRows, 1, J_,
-                  QuantLayout::Planes, planes + (bits_ - 1) * J_);
+    quant_put_row(signs_.data(), r / kQuantBlockRows, r % kQuantBlockRows, 1, J_, QuantLayout::Planes,
+                  planes + (bits_ - 1) * J_);
   }
   // Also the screen's w = g1 * sqrt(max(h1, floor)), rounded up, and the least such h1 (quant_screen.hpp).
   void store_top(size_t r, const float* t) {
@@ -595,8 +606,7 @@ class QuantizedIndex {
   }
 
   void store_row(size_t r, const uint8_t* planes, const QuantFactors& f) {
-    uint8_t* blk = data_.data() + (r / kQuantBlockRows) * block_stride();
-    quant_put_row(blk, r % kQuantBlockRows, bits_, J_, layout_, planes);
+    quant_put_row(data_.data(), r / kQuantBlockRows, r % kQuantBlockRows, bits_, J_, layout_, planes);
     factors_a_[r] = f.a, factors_su_[r] = f.su, factors_add_[r] = f.add, factors_g_[r] = f.g, factors_h_[r] = f.h;
   }
 

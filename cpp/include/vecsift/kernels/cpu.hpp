@@ -28,6 +28,7 @@ struct CpuFeatures {
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vpopcntdq = false;
+  bool avx512vbmi = false;  // vpermt2b: the pair-layout 1-bit scan (quant_pair_scan.hpp)
 };
 
 inline CpuFeatures detect_cpu() {
@@ -41,6 +42,7 @@ inline CpuFeatures detect_cpu() {
   f.avx512f = __builtin_cpu_supports("avx512f");
   f.avx512bw = __builtin_cpu_supports("avx512bw");
   f.avx512vpopcntdq = __builtin_cpu_supports("avx512vpopcntdq");
+  f.avx512vbmi = __builtin_cpu_supports("avx512vbmi");
 #endif
   return f;
 }
@@ -81,6 +83,13 @@ inline Level active_level() {
 inline Level hardware_level() {
   static const Level level = best_level(detect_cpu());
   return level;
+}
+
+// AVX-512 VBMI, an extra of the AVX-512 level (Ice Lake and Zen 4 have it, Skylake-X not): kernels
+// that use it check here and otherwise run their AVX-512 or AVX2 form.
+inline bool cpu_has_vbmi() {
+  static const bool v = detect_cpu().avx512vbmi;
+  return v;
 }
 
 // A requested level is honoured only as far as the CPU allows.

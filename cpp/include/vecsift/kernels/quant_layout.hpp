@@ -15,8 +15,13 @@
 //           against the query scores them directly (quant_nibble_scan.hpp):
 //           half the heavy instructions of the 4 planes x 2 table passes an
 //           8-bit query costs in the plane layout.
+//   Pairs   (1 bit): blocks 2m and 2m+1 interleaved: byte j of row `lane` of
+//           block b at data[(b & ~1) * stride + j*64 + (b & 1)*32 + lane], so
+//           byte j of 64 rows fills a 512-bit register and one 7-bit lookup
+//           (vpermt2b) serves it whole (quant_pair_scan.hpp). Storage holds an
+//           even number of blocks.
 //
-// Both layouts take bits * D/8 bytes a row, so a block has the same size.
+// All layouts take bits * D/8 bytes a row, so a block has the same size.
 #pragma once
 
 #include <cstddef>
@@ -27,9 +32,20 @@
 
 namespace vecsift {
 
-enum class QuantLayout : int { Planes = 0, Nibbles = 1 };
+enum class QuantLayout : int { Planes = 0, Nibbles = 1, Pairs = 2 };
 
-inline QuantLayout quant_layout_for(int bits) { return bits == 4 ? QuantLayout::Nibbles : QuantLayout::Planes; }
+// The layout a QuantizedIndex keeps in memory. Pairs only where the CPU has AVX-512 VBMI: elsewhere
+// 1-bit codes scan as fast or faster in the plane layout (the AVX-512 BW plane kernel reads two bytes
+// of a block per register, which the pair layout does not give it). Files hold planes either way.
+inline QuantLayout quant_layout_for(int bits) {
+  if (bits == 4) return QuantLayout::Nibbles;
+  return bits == 1 && cpu_has_vbmi() ? QuantLayout::Pairs : QuantLayout::Planes;
+}
+
+// Blocks a layout's storage holds for nblocks blocks of rows.
+inline size_t quant_storage_blocks(QuantLayout layout, size_t nblocks) {
+  return layout == QuantLayout::Pairs ? (nblocks + 1) & ~size_t{1} : nblocks;
+}
 
 // Row planes (4 x J bytes) -> the row's 4J nibble bytes.
 inline void planes_to_nibbles(const uint8_t* planes, size_t J, uint8_t* out) {
@@ -56,9 +72,16 @@ inline void nibbles_to_planes(const uint8_t* nib, size_t J, uint8_t* planes) {
   }
 }
 
-// Stores a row given as planes (bits x J bytes) at `lane` of block `blk`.
-inline void quant_put_row(uint8_t* blk, size_t lane, int bits, size_t J, QuantLayout layout, const uint8_t* planes) {
-  const size_t cb = static_cast<size_t>(bits) * J;
+// Row `lane` of block b of `data` (blocks of bits x J x 32 bytes) is given as planes (bits x J bytes).
+inline void quant_put_row(uint8_t* data, size_t b, size_t lane, int bits, size_t J, QuantLayout layout,
+                          const uint8_t* planes) {
+  const size_t cb = static_cast<size_t>(bits) * J, stride = cb * kQuantBlockRows;
+  if (layout == QuantLayout::Pairs) {
+    uint8_t* base = data + (b & ~size_t{1}) * stride + (b & 1) * kQuantBlockRows + lane;
+    for (size_t i = 0; i < cb; ++i) base[i * 2 * kQuantBlockRows] = planes[i];
+    return;
+  }
+  uint8_t* blk = data + b * stride;
   if (layout == QuantLayout::Planes) {
     for (size_t i = 0; i < cb; ++i) blk[i * kQuantBlockRows + lane] = planes[i];
     return;
@@ -66,36 +89,44 @@ inline void quant_put_row(uint8_t* blk, size_t lane, int bits, size_t J, QuantLa
   uint8_t nib[4 * 512];  // J <= 512 (D <= 4096)
   planes_to_nibbles(planes, J, nib);
   for (size_t w = 0; w < J; ++w)
-    for (int b = 0; b < 4; ++b) blk[(w * kQuantBlockRows + lane) * 4 + b] = nib[4 * w + b];
+    for (int b4 = 0; b4 < 4; ++b4) blk[(w * kQuantBlockRows + lane) * 4 + b4] = nib[4 * w + b4];
 }
 
-// The row at `lane` of block `blk` as planes (bits x J bytes).
-inline void quant_get_row(const uint8_t* blk, size_t lane, int bits, size_t J, QuantLayout layout, uint8_t* planes) {
-  const size_t cb = static_cast<size_t>(bits) * J;
+// Row `lane` of block b as planes (bits x J bytes).
+inline void quant_get_row(const uint8_t* data, size_t b, size_t lane, int bits, size_t J, QuantLayout layout,
+                          uint8_t* planes) {
+  const size_t cb = static_cast<size_t>(bits) * J, stride = cb * kQuantBlockRows;
+  if (layout == QuantLayout::Pairs) {
+    const uint8_t* base = data + (b & ~size_t{1}) * stride + (b & 1) * kQuantBlockRows + lane;
+    for (size_t i = 0; i < cb; ++i) planes[i] = base[i * 2 * kQuantBlockRows];
+    return;
+  }
+  const uint8_t* blk = data + b * stride;
   if (layout == QuantLayout::Planes) {
     for (size_t i = 0; i < cb; ++i) planes[i] = blk[i * kQuantBlockRows + lane];
     return;
   }
   uint8_t nib[4 * 512];
   for (size_t w = 0; w < J; ++w)
-    for (int b = 0; b < 4; ++b) nib[4 * w + b] = blk[(w * kQuantBlockRows + lane) * 4 + b];
+    for (int b4 = 0; b4 < 4; ++b4) nib[4 * w + b4] = blk[(w * kQuantBlockRows + lane) * 4 + b4];
   nibbles_to_planes(nib, J, planes);
 }
 
-// Copies nblocks blocks from one layout to another (the same bytes when the layouts agree).
+// Copies nblocks blocks from one layout to another (the same bytes when the layouts agree); dst
+// holds quant_storage_blocks(to, nblocks) blocks.
 inline void quant_relayout(const uint8_t* src, QuantLayout from, uint8_t* dst, QuantLayout to, size_t nblocks,
                            int bits, size_t J) {
   const size_t cb = static_cast<size_t>(bits) * J, stride = cb * kQuantBlockRows;
   if (!nblocks) return;
-  if (from == to) {
-    std::memcpy(dst, src, nblocks * stride);
+  if (from == to) {  // a pair's blocks interleave: copy whole pairs
+    std::memcpy(dst, src, quant_storage_blocks(to, nblocks) * stride);
     return;
   }
   uint8_t row[8 * 512];  // bits <= 8
   for (size_t b = 0; b < nblocks; ++b)
     for (size_t l = 0; l < kQuantBlockRows; ++l) {
-      quant_get_row(src + b * stride, l, bits, J, from, row);
-      quant_put_row(dst + b * stride, l, bits, J, to, row);
+      quant_get_row(src, b, l, bits, J, from, row);
+      quant_put_row(dst, b, l, bits, J, to, row);
     }
 }
 

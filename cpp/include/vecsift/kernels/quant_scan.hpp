@@ -46,8 +46,16 @@ struct QuantBlocks {
   // Bytes from one block to the next; 0: `bits` planes. A view of some planes of wider blocks (the
   // 1-bit screen reads one plane of 2-bit blocks: quant_screen.hpp) sets the blocks' own stride.
   size_t stride = 0;
+  // 1-bit codes in the pair layout (quant_layout.hpp): blocks 2m and 2m+1 interleaved, byte j of
+  // their 64 rows contiguous; block b's bytes are then pos_stride() = 64 apart. nblocks may be odd
+  // (the last pair's second block holds no rows).
+  bool paired = false;
 
   size_t block_stride() const { return stride ? stride : static_cast<size_t>(bits) * J * kQuantBlockRows; }
+  const uint8_t* block_ptr(size_t b) const {
+    return paired ? data + (b & ~size_t{1}) * block_stride() + (b & 1) * kQuantBlockRows : data + b * block_stride();
+  }
+  size_t pos_stride() const { return paired ? 2 * kQuantBlockRows : kQuantBlockRows; }
   uint32_t lane_mask(size_t b) const {
     uint32_t m = allow ? allow[b] : 0xFFFFFFFFu;
     return b + 1 == nblocks ? (m & last_mask) : m;
@@ -77,14 +85,16 @@ struct QuantScoreArgs {
 };
 
 // ---------------------------------------------------------------- S of one row (scalar)
-inline uint32_t quant_row_sum(const uint8_t* blk, size_t lane, int B, size_t J, const uint8_t* luts, int passes) {
+// blk: QuantBlocks::block_ptr; ps: its pos_stride.
+inline uint32_t quant_row_sum(const uint8_t* blk, size_t lane, int B, size_t J, const uint8_t* luts, int passes,
+                              size_t ps = kQuantBlockRows) {
   uint32_t S = 0;
   for (int p = 0; p < B; ++p)
     for (int g = 0; g < passes; ++g) {
       uint32_t c = 0;
       const uint8_t* t = luts + static_cast<size_t>(g) * J * 32;
       for (size_t j = 0; j < J; ++j) {
-        const uint8_t byte = blk[(p * J + j) * kQuantBlockRows + lane];
+        const uint8_t byte = blk[(p * J + j) * ps + lane];
         c += t[j * 32 + (byte & 15)] + t[j * 32 + 16 + (byte >> 4)];
       }
       S += c << (p + 4 * g);
@@ -101,8 +111,9 @@ inline void quant_sums_scalar(const QuantBlocks& s, const uint8_t* luts, int pas
   for (size_t b = b0; b < b1; ++b) {
     const uint32_t mask = s.lane_mask(b);
     if (!mask) continue;
-    const uint8_t* blk = s.data + b * s.block_stride();
-    for (size_t l = 0; l < kQuantBlockRows; ++l) S[l] = quant_row_sum(blk, l, s.bits, s.J, luts, passes);
+    const uint8_t* blk = s.block_ptr(b);
+    const size_t ps = s.pos_stride();
+    for (size_t l = 0; l < kQuantBlockRows; ++l) S[l] = quant_row_sum(blk, l, s.bits, s.J, luts, passes, ps);
     sink.block(b, mask, S, Level::Scalar);
   }
 }
@@ -130,16 +141,18 @@ __attribute__((target("avx2"), always_inline)) inline void quant_fold_avx2(__m25
 // dims, one 4-bit query, min of 21): 2 bits 346-392 -> 326-327 us with the
 // codes in L3, 608-739 -> 500-553 us evicted; 1 bit equal in L3, 282-359 ->
 // 192-270 us evicted. (Prefetching a whole block at its start measured slower.)
+// ps: bytes from one data byte of the 32 rows to the next (32; 64 in the pair layout).
 template <int P>
 __attribute__((target("avx2"))) inline void quant_plane_avx2(const uint8_t* src, const uint8_t* luts, size_t J,
-                                                             int p, __m256i* acc, size_t ahead) {
+                                                             int p, __m256i* acc, size_t ahead,
+                                                             size_t ps = kQuantBlockRows) {
   const __m256i nib = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
   __m256i T[P], O[P];
   for (int g = 0; g < P; ++g) T[g] = O[g] = zero;
   for (size_t j = 0; j < J; j += 2) {
-    _mm_prefetch(reinterpret_cast<const char*>(src + ahead + j * 32), _MM_HINT_T0);  // a hint: cannot fault
-    const __m256i d0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j * 32));
-    const __m256i d1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j * 32 + 32));
+    _mm_prefetch(reinterpret_cast<const char*>(src + ahead + j * ps), _MM_HINT_T0);  // a hint: cannot fault
+    const __m256i d0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j * ps));
+    const __m256i d1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + (j + 1) * ps));
     const __m256i n0l = _mm256_and_si256(d0, nib), n0h = _mm256_and_si256(_mm256_srli_epi16(d0, 4), nib);
     const __m256i n1l = _mm256_and_si256(d1, nib), n1h = _mm256_and_si256(_mm256_srli_epi16(d1, 4), nib);
     for (int g = 0; g < P; ++g) {
@@ -169,14 +182,15 @@ __attribute__((target("avx2"))) inline void quant_sums_avx2(const QuantBlocks& s
   for (size_t b = b0; b < b1; ++b) {
     const uint32_t mask = s.lane_mask(b);
     if (!mask) continue;
-    const uint8_t* blk = s.data + b * s.block_stride();
+    const uint8_t* blk = s.block_ptr(b);
+    const size_t ps = s.pos_stride(), ahead = s.paired ? 2 * s.block_stride() : s.block_stride();
     __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
     for (int p = 0; p < s.bits; ++p) {
-      const uint8_t* src = blk + p * J * kQuantBlockRows;
+      const uint8_t* src = blk + p * J * ps;
       if (passes == 2)
-        quant_plane_avx2<2>(src, luts, J, p, acc, s.block_stride());
+        quant_plane_avx2<2>(src, luts, J, p, acc, ahead, ps);
       else
-        quant_plane_avx2<1>(src, luts, J, p, acc, s.block_stride());
+        quant_plane_avx2<1>(src, luts, J, p, acc, ahead, ps);
     }
     for (int r = 0; r < 4; ++r) _mm256_store_si256(reinterpret_cast<__m256i*>(S + 8 * r), acc[r]);
     sink.block(b, mask, S, Level::AVX2);
@@ -519,7 +533,9 @@ template <class Sink>
 inline void quant_sums(Level level, const QuantBlocks& s, const uint8_t* luts, int passes, size_t b0, size_t b1,
                        Sink& sink, const uint8_t* wide = nullptr) {
   switch (level) {
-    case Level::AVX512: return quant_sums_avx512(s, luts, passes, b0, b1, sink, wide);
+    case Level::AVX512:  // the zmm kernels read two bytes of a block at once: not the pair layout's
+      if (s.paired) return quant_sums_avx2(s, luts, passes, b0, b1, sink);
+      return quant_sums_avx512(s, luts, passes, b0, b1, sink, wide);
     case Level::AVX2: return quant_sums_avx2(s, luts, passes, b0, b1, sink);
     default: return quant_sums_scalar(s, luts, passes, b0, b1, sink);
   }
