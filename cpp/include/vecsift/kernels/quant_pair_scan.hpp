@@ -21,6 +21,11 @@
 // Measured on an AMD EPYC Zen 4 (throwaway C++ probe, 512-bit codes, one
 // 4-bit query, medians of 11): 0.97-1.02 ns a row against 1.31-1.34 for the
 // plane kernel, with the codes in L1 and streamed from L3 alike.
+//
+// Batches scan one query at a time: 2-4 queries sharing each pass over a pair
+// (as the plane kernel's batches do) measured slower there, since each query
+// needs 6 table loads per 128 bytes and 2-4 queries' tables (12 KiB each at
+// 512 dimensions) crowd Zen 4's 32 KiB L1 (docs/quantised.md).
 #pragma once
 
 #include <immintrin.h>
@@ -68,8 +73,8 @@ inline void quant_pair_tables(Level level, const uint8_t* luts, size_t J, int pa
 
 // Adds a pair's counters (T, O as above), shifted left by `shift`, to its sums S[0..3]: rows 0-15,
 // 16-31, 32-47, 48-63 as u32. u16 lane i of E / O holds row 2i / 2i+1: interleaved back into row order.
-__attribute__((target("avx512f,avx512bw"), always_inline)) inline void quant_pair_fold(__m512i T, __m512i O,
-                                                                                            int shift, __m512i* S) {
+__attribute__((target("avx512f,avx512bw"), always_inline)) inline void quant_pair_fold(__m512i T, __m512i O, int shift,
+                                                                                       __m512i* S) {
   alignas(64) static const uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
                                                8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   alignas(64) static const uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
