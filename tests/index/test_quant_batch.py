@@ -37,8 +37,9 @@ def test_batch_equals_single_queries(nq, bits, qbits, level, rng):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("bits", [1, 2])
 def test_batch_with_allow_mask_and_large_batches(bits, threads, level, rng):
-    # 300 queries: more than the batch size whose tables are built up front (256), so groups build
-    # their own; the allow mask leaves some blocks empty and fewer rows than k in others.
+    # 300 queries: more than the batch size whose tables are built up front (256; 64 in the 1-bit
+    # pair layout, which builds them 64 queries at a time), so groups build their own; the allow mask
+    # leaves some blocks empty and fewer rows than k in others.
     x = clustered(rng, 3000, 130)
     q = clustered(rng, 300, 130)
     ix = vecsift.QuantizedIndex(130, bits=bits, seed=2)

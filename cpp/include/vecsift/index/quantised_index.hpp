@@ -262,7 +262,7 @@ class QuantizedIndex {
       // at 448 dims and 8-bit queries would add up).
       // the nibble layout's query has no plane tables: the screen's sign plane needs them
       if (screened && layout_ == QuantLayout::Nibbles) build_query_luts(qs[i].qu.data(), dpad_, qbits, qs[i].luts);
-      if (nq <= 256 && layout_ == QuantLayout::Pairs)
+      if (nq <= kPairSlab && layout_ == QuantLayout::Pairs)
         quant_pair_tables(level, qs[i].luts.data(), J_, qs[i].passes(), qs[i].wide);
       else if (nq <= 256 && (layout_ == QuantLayout::Planes || screened))
         quant_wide_tables(level, qs[i].luts.data(), J_, qs[i].passes(), qs[i].wide);
@@ -374,10 +374,11 @@ class QuantizedIndex {
           return;
         }
         AlignedBytes buf;
-        // Batches over 256 in the pair layout: the VBMI tables (12 KiB a query at 512 dims) are built
-        // for 64 queries at a time, which then scan every chunk. Built per chunk instead, a 1,000-query
-        // batch at 100k rows took 182 us a query against 159 (docs/quantised.md).
-        const size_t slab = layout_ == QuantLayout::Pairs && nq > 256 ? 64 : q1 - q0;
+        // Larger batches in the pair layout: the VBMI tables (12 KiB a query at 512 dims, 96 KiB at
+        // 4,096) are built for kPairSlab queries at a time, which then scan every chunk. Built per
+        // chunk instead, a 1,000-query batch at 100k rows took 182 us a query against 159
+        // (docs/quantised.md).
+        const size_t slab = layout_ == QuantLayout::Pairs && nq > kPairSlab ? kPairSlab : q1 - q0;
         for (size_t s0 = q0; s0 < q1; s0 += slab) {
           const size_t s1 = std::min(q1, s0 + slab);
           if (slab < q1 - q0)
@@ -546,6 +547,8 @@ class QuantizedIndex {
   };
 
   size_t block_stride() const { return code_bytes() * kQuantBlockRows; }
+  // Queries whose pair-layout tables exist at once (search).
+  static constexpr size_t kPairSlab = 64;
 
   QuantBlocks view(const AllowSet* allow) const {
     const size_t nblocks = (n_ + kQuantBlockRows - 1) / kQuantBlockRows;
