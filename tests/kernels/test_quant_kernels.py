@@ -39,27 +39,18 @@ def test_plane_sums_equal_numpy(bits, qbits, D, n, rng):
 
 
 @pytest.mark.parametrize("qbits", range(1, 9))
-@pytest.mark.parametrize("D,n", [(64, 1), (128, 31), (448, 33), (512, 100)])
-def test_nibble_sums_equal_numpy(qbits, D, n, rng):
-    # 4-bit codes are scanned in the nibble layout (quant_layout.hpp): a byte multiply-add, not tables.
-    u = rng.integers(0, 16, size=(n, D), dtype=np.uint8)
+@pytest.mark.parametrize("D,n", [(64, 1), (128, 31), (448, 33), (448, 70), (512, 100), (512, 300)])
+@pytest.mark.parametrize("layout", ["nibbles", "pairs"])
+def test_layout_sums_equal_numpy(layout, qbits, D, n, rng):
+    # 4-bit codes in the nibble layout (quant_layout.hpp): a byte multiply-add, not tables. 1-bit codes
+    # in the pair layout (the VBMI kernel where the CPU has it): odd and even block counts, and the
+    # binding scans two ranges split at an odd block, so a pair straddles them.
+    bits = 4 if layout == "nibbles" else 1
+    u = rng.integers(0, 2**bits, size=(n, D), dtype=np.uint8)
     qu = rng.integers(0, 2**qbits, size=D, dtype=np.uint8)
     ref = u.astype(np.int64) @ qu.astype(np.int64)
     for level in HW_LEVELS:
-        got = _core.quant_plane_sums(u, qu, 4, qbits, level, nibbles=True)
-        np.testing.assert_array_equal(got, ref, err_msg=LEVEL_NAMES[level])
-
-
-@pytest.mark.parametrize("qbits", range(1, 9))
-@pytest.mark.parametrize("D,n", [(64, 1), (128, 33), (448, 70), (512, 300)])
-def test_pair_sums_equal_numpy(qbits, D, n, rng):
-    # 1-bit codes in the pair layout (quant_layout.hpp; the VBMI kernel where the CPU has it): odd and
-    # even block counts, and the binding scans two ranges split at an odd block, so a pair straddles.
-    u = rng.integers(0, 2, size=(n, D), dtype=np.uint8)
-    qu = rng.integers(0, 2**qbits, size=D, dtype=np.uint8)
-    ref = u.astype(np.int64) @ qu.astype(np.int64)
-    for level in HW_LEVELS:
-        got = _core.quant_plane_sums(u, qu, 1, qbits, level, pairs=True)
+        got = _core.quant_plane_sums(u, qu, bits, qbits, level, **{layout: True})
         np.testing.assert_array_equal(got, ref, err_msg=LEVEL_NAMES[level])
 
 
