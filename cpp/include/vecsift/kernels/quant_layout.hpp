@@ -76,14 +76,11 @@ inline void nibbles_to_planes(const uint8_t* nib, size_t J, uint8_t* planes) {
 inline void quant_put_row(uint8_t* data, size_t b, size_t lane, int bits, size_t J, QuantLayout layout,
                           const uint8_t* planes) {
   const size_t cb = static_cast<size_t>(bits) * J, stride = cb * kQuantBlockRows;
-  if (layout == QuantLayout::Pairs) {
-    uint8_t* base = data + (b & ~size_t{1}) * stride + (b & 1) * kQuantBlockRows + lane;
-    for (size_t i = 0; i < cb; ++i) base[i * 2 * kQuantBlockRows] = planes[i];
-    return;
-  }
-  uint8_t* blk = data + b * stride;
-  if (layout == QuantLayout::Planes) {
-    for (size_t i = 0; i < cb; ++i) blk[i * kQuantBlockRows + lane] = planes[i];
+  const bool paired = layout == QuantLayout::Pairs;
+  uint8_t* blk = data + quant_block_offset(paired, b, stride);
+  if (layout != QuantLayout::Nibbles) {  // byte i of the row's planes, 32 (pairs: 64) bytes apart
+    const size_t ps = paired ? 2 * kQuantBlockRows : kQuantBlockRows;
+    for (size_t i = 0; i < cb; ++i) blk[i * ps + lane] = planes[i];
     return;
   }
   uint8_t nib[4 * 512];  // J <= 512 (D <= 4096)
@@ -96,14 +93,11 @@ inline void quant_put_row(uint8_t* data, size_t b, size_t lane, int bits, size_t
 inline void quant_get_row(const uint8_t* data, size_t b, size_t lane, int bits, size_t J, QuantLayout layout,
                           uint8_t* planes) {
   const size_t cb = static_cast<size_t>(bits) * J, stride = cb * kQuantBlockRows;
-  if (layout == QuantLayout::Pairs) {
-    const uint8_t* base = data + (b & ~size_t{1}) * stride + (b & 1) * kQuantBlockRows + lane;
-    for (size_t i = 0; i < cb; ++i) planes[i] = base[i * 2 * kQuantBlockRows];
-    return;
-  }
-  const uint8_t* blk = data + b * stride;
-  if (layout == QuantLayout::Planes) {
-    for (size_t i = 0; i < cb; ++i) planes[i] = blk[i * kQuantBlockRows + lane];
+  const bool paired = layout == QuantLayout::Pairs;
+  const uint8_t* blk = data + quant_block_offset(paired, b, stride);
+  if (layout != QuantLayout::Nibbles) {
+    const size_t ps = paired ? 2 * kQuantBlockRows : kQuantBlockRows;
+    for (size_t i = 0; i < cb; ++i) planes[i] = blk[i * ps + lane];
     return;
   }
   uint8_t nib[4 * 512];

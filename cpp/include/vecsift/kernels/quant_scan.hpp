@@ -36,6 +36,12 @@ namespace vecsift {
 
 constexpr size_t kQuantBlockRows = 32;
 
+// Where block b of blocks `stride` bytes apart starts; in the pair layout (quant_layout.hpp) blocks
+// 2m and 2m+1 share 2 x stride bytes, the second starting 32 bytes in.
+inline size_t quant_block_offset(bool paired, size_t b, size_t stride) {
+  return paired ? (b & ~size_t{1}) * stride + (b & 1) * kQuantBlockRows : b * stride;
+}
+
 struct QuantBlocks {
   const uint8_t* data;
   int bits;       // B data planes
@@ -52,9 +58,7 @@ struct QuantBlocks {
   bool paired = false;
 
   size_t block_stride() const { return stride ? stride : static_cast<size_t>(bits) * J * kQuantBlockRows; }
-  const uint8_t* block_ptr(size_t b) const {
-    return paired ? data + (b & ~size_t{1}) * block_stride() + (b & 1) * kQuantBlockRows : data + b * block_stride();
-  }
+  const uint8_t* block_ptr(size_t b) const { return data + quant_block_offset(paired, b, block_stride()); }
   size_t pos_stride() const { return paired ? 2 * kQuantBlockRows : kQuantBlockRows; }
   uint32_t lane_mask(size_t b) const {
     uint32_t m = allow ? allow[b] : 0xFFFFFFFFu;
